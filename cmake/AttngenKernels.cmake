@@ -1,0 +1,229 @@
+# attngen_add_kernel(): generate one specialised attention kernel as a static library.
+#
+# Used by attngen itself (generated/variants.cmake) and by projects that find_package(attngen):
+#
+#   attngen_add_kernel(my_attn OP attention HEAD_DIM 96 MASK causal ISA avx512)
+#   target_link_libraries(app PRIVATE my_attn attngen::attngen)
+#   ... attngen_register_kernel(&attngen_kernel_my_attn);   // or pass it to attngen_attention_with
+#
+# Arguments (see docs/variants.md for the naming scheme and every value):
+#   OP           attention | linear | mha                         (default attention)
+#   HEAD_DIM     head dim of Q and K (attention) or of the heads (mha)
+#   HEAD_DIM_V   head dim of V and O, when it differs (attention)
+#   MASK         none | causal                                    (default none)
+#   MASK_TENSOR  none | bool | additive                           (default none)
+#   SOFTCAP      flag: the kernel applies c * tanh(s / c)
+#   ISA          host | avx512 | avx2 | sse41 | neon             (default host)
+#   TUNABLES     generator params of the schedule, e.g. query_tile=32
+#   NAME_VAR     variable that receives the kernel's derived name (when NAME is AUTO)
+#
+# NAME AUTO derives the name from the parameters: attn_f32_d64_causal__x86_64_avx512.
+include_guard(GLOBAL)
+
+set(_attngen_cmake_dir "${CMAKE_CURRENT_LIST_DIR}")
+
+# Halide target string for an ISA name.
+function(attngen_halide_target ISA OUT)
+  set(x86 "x86-64-linux")
+  if (ISA STREQUAL "host")
+    set(t "host")
+  elseif (ISA STREQUAL "avx512")
+    set(t "${x86}-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake")
+  elseif (ISA STREQUAL "avx2")
+    set(t "${x86}-sse41-avx-f16c-fma-avx2")
+  elseif (ISA STREQUAL "sse41")
+    set(t "${x86}-sse41")
+  elseif (ISA STREQUAL "neon")
+    set(t "arm-64-linux")
+  else ()
+    message(FATAL_ERROR "attngen: unknown ISA '${ISA}' (host, avx512, avx2, sse41, neon)")
+  endif ()
+  set(${OUT} "${t}" PARENT_SCOPE)
+endfunction()
+
+# The ISA that `host` means on this build machine, for names and dispatch.
+function(_attngen_host_isa OUT)
+  if (NOT DEFINED ATTNGEN_HOST_ISA)
+    set(isa "generic")
+    if (CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+      set(isa "sse41")
+      if (EXISTS "/proc/cpuinfo")
+        file(READ "/proc/cpuinfo" cpuinfo)
+        if (cpuinfo MATCHES "avx512f" AND cpuinfo MATCHES "avx512bw" AND cpuinfo MATCHES "avx512vl")
+          set(isa "avx512")
+        elseif (cpuinfo MATCHES " avx2" AND cpuinfo MATCHES " fma")
+          set(isa "avx2")
+        endif ()
+      endif ()
+    elseif (CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+      set(isa "neon")
+    endif ()
+    set(ATTNGEN_HOST_ISA "${isa}" CACHE STRING "ISA that the 'host' kernel target means here")
+  endif ()
+  set(${OUT} "${ATTNGEN_HOST_ISA}" PARENT_SCOPE)
+endfunction()
+
+# The Halide runtime shared by every kernel of one architecture (one per build).
+function(_attngen_runtime_for ISA OUT)
+  if (ISA STREQUAL "neon")
+    set(arch arm_64)
+    set(rt_target "arm-64-linux")
+  else ()
+    set(arch x86_64)
+    set(rt_target "x86-64-linux")
+  endif ()
+  set(rt attngen_halide_runtime_${arch})
+  if (NOT TARGET ${rt})
+    if (TARGET attngen::${rt})  # from an installed attngen (find_package)
+      set(rt attngen::${rt})
+    else ()
+      set(obj "${CMAKE_CURRENT_BINARY_DIR}/${rt}.o")
+      add_custom_command(OUTPUT "${obj}"
+                         COMMAND ${ATTNGEN_GENERATOR} -r ${rt} -o "${CMAKE_CURRENT_BINARY_DIR}"
+                                 -e object target=${rt_target}-user_context
+                         DEPENDS ${ATTNGEN_GENERATOR}
+                         COMMENT "Generating the Halide runtime for ${rt_target}"
+                         VERBATIM)
+      add_library(${rt} STATIC "${obj}")
+      set_target_properties(${rt} PROPERTIES LINKER_LANGUAGE CXX)
+      find_package(Threads REQUIRED)
+      target_link_libraries(${rt} INTERFACE Threads::Threads ${CMAKE_DL_LIBS})
+    endif ()
+  endif ()
+  set(${OUT} ${rt} PARENT_SCOPE)
+endfunction()
+
+function(attngen_add_kernel NAME)
+  set(options SOFTCAP)
+  set(one OP HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR ISA NAME_VAR)
+  set(multi TUNABLES)
+  cmake_parse_arguments(A "${options}" "${one}" "${multi}" ${ARGN})
+  if (A_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "attngen_add_kernel(${NAME}): unknown arguments ${A_UNPARSED_ARGUMENTS}")
+  endif ()
+  if (NOT A_OP)
+    set(A_OP attention)
+  endif ()
+  if (NOT A_HEAD_DIM)
+    message(FATAL_ERROR "attngen_add_kernel(${NAME}): HEAD_DIM is required")
+  endif ()
+  if (NOT A_HEAD_DIM_V)
+    set(A_HEAD_DIM_V ${A_HEAD_DIM})
+  endif ()
+  if (NOT A_MASK)
+    set(A_MASK none)
+  endif ()
+  if (NOT A_MASK_TENSOR)
+    set(A_MASK_TENSOR none)
+  endif ()
+  if (NOT A_ISA)
+    set(A_ISA host)
+  endif ()
+  set(softcap 0)
+  if (A_SOFTCAP)
+    set(softcap 1)
+  endif ()
+
+  set(isa "${A_ISA}")
+  if (isa STREQUAL "host")
+    _attngen_host_isa(isa)
+  endif ()
+  attngen_halide_target(${A_ISA} halide_target)
+
+  # Name scheme (docs/variants.md): <op>_f32_d<Dqk>[v<Dv>]_<mask>[_bmask|_amask][_cap]__<isa>
+  if (NAME STREQUAL "AUTO")
+    set(op_short attn)
+    if (A_OP STREQUAL "linear")
+      set(op_short linear)
+    elseif (A_OP STREQUAL "mha")
+      set(op_short mha)
+    endif ()
+    set(NAME "${op_short}_f32_d${A_HEAD_DIM}")
+    if (NOT A_HEAD_DIM_V EQUAL A_HEAD_DIM)
+      string(APPEND NAME "v${A_HEAD_DIM_V}")
+    endif ()
+    if (A_OP STREQUAL "linear")
+      set(NAME "linear_f32")
+    else ()
+      string(APPEND NAME "_${A_MASK}")
+    endif ()
+    if (A_MASK_TENSOR STREQUAL "bool")
+      string(APPEND NAME "_bmask")
+    elseif (A_MASK_TENSOR STREQUAL "additive")
+      string(APPEND NAME "_amask")
+    endif ()
+    if (softcap)
+      string(APPEND NAME "_cap")
+    endif ()
+    set(arch x86_64)
+    if (isa STREQUAL "neon")
+      set(arch aarch64)
+    endif ()
+    string(APPEND NAME "__${arch}_${isa}")
+  endif ()
+  if (A_NAME_VAR)
+    set(${A_NAME_VAR} "${NAME}" PARENT_SCOPE)
+  endif ()
+
+  if (A_OP STREQUAL "attention")
+    set(params head_dim_qk=${A_HEAD_DIM} head_dim_v=${A_HEAD_DIM_V} mask=${A_MASK}
+               mask_tensor=${A_MASK_TENSOR} softcap=$<IF:${softcap},true,false>)
+  elseif (A_OP STREQUAL "mha")
+    set(params head_dim=${A_HEAD_DIM} mask=${A_MASK})
+  elseif (A_OP STREQUAL "linear")
+    set(params "")
+  else ()
+    message(FATAL_ERROR "attngen_add_kernel(${NAME}): OP must be attention, linear or mha")
+  endif ()
+  list(APPEND params ${A_TUNABLES})
+
+  _attngen_runtime_for(${isa} runtime)
+  add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}
+                     GENERATOR ${A_OP}
+                     FUNCTION_NAME ${NAME}
+                     TARGETS ${halide_target}
+                     FEATURES user_context
+                     USE_RUNTIME ${runtime}
+                     PARAMS ${params}
+                     ASSEMBLY ${NAME}_asm
+                     STMT ${NAME}_stmt)
+
+  string(TOUPPER "${A_OP}" KERNEL_OP)
+  string(TOUPPER "${A_MASK}" KERNEL_MASK)
+  string(TOUPPER "${A_MASK_TENSOR}" KERNEL_MASK_TENSOR)
+  set(KERNEL_NAME "${NAME}")
+  set(KERNEL_ISA "${isa}")
+  set(KERNEL_TARGET "${halide_target}")
+  set(KERNEL_DQK ${A_HEAD_DIM})
+  set(KERNEL_DV ${A_HEAD_DIM_V})
+  set(KERNEL_SOFTCAP ${softcap})
+  set(glue "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.glue.cpp")
+  configure_file("${_attngen_cmake_dir}/kernel_glue.cpp.in" "${glue}" @ONLY)
+  add_library(${NAME}_glue OBJECT "${glue}")
+  target_link_libraries(${NAME}_glue PRIVATE ${ATTNGEN_HEADERS_TARGET})
+  add_dependencies(${NAME}_glue ${NAME}.update)
+  target_include_directories(${NAME}_glue PRIVATE "${CMAKE_CURRENT_BINARY_DIR}")
+  target_sources(${NAME} PRIVATE $<TARGET_OBJECTS:${NAME}_glue>)
+  target_link_libraries(${NAME} INTERFACE ${ATTNGEN_HEADERS_TARGET})
+  set_property(GLOBAL APPEND PROPERTY ATTNGEN_KERNELS ${NAME})
+endfunction()
+
+# Writes a C source defining `attngen_builtin_kernels`, a NULL-terminated table of the given
+# kernels' descriptors: the runtime's dispatch table.
+function(attngen_write_registry OUTPUT)
+  set(decls "")
+  set(entries "")
+  foreach (k IN LISTS ARGN)
+    string(APPEND decls "extern const attngen_kernel_info attngen_kernel_${k};\n")
+    string(APPEND entries "    &attngen_kernel_${k},\n")
+  endforeach ()
+  file(CONFIGURE OUTPUT "${OUTPUT}" CONTENT
+"/* Generated by attngen_write_registry() from generated/variants.cmake; do not edit. */
+#include \"attngen/kernel.h\"
+
+${decls}
+const attngen_kernel_info* const attngen_builtin_kernels[] = {
+${entries}    0,
+};
+" @ONLY)
+endfunction()

@@ -1,0 +1,21 @@
+# attngen_runtime_library(NAME [SANITIZE]): the C API runtime with the built-in kernel table.
+# SANITIZE builds it with AddressSanitizer and UBSan (the kernels themselves are Halide-made
+# objects and stay uninstrumented).
+set(ATTNGEN_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
+                           -fno-omit-frame-pointer)
+
+function(attngen_runtime_library NAME)
+  cmake_parse_arguments(A "SANITIZE" "" "" ${ARGN})
+  add_library(${NAME} STATIC
+              "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
+              "${ATTNGEN_REGISTRY_SOURCE}")
+  target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${NAME} PUBLIC attngen_headers ${ATTNGEN_BUILTIN_KERNELS}
+                        PRIVATE Halide::Runtime)
+  if (A_SANITIZE)
+    target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS})
+    target_link_options(${NAME} INTERFACE -fsanitize=address,undefined)
+  endif ()
+endfunction()

@@ -1,0 +1,100 @@
+// mha: the whole multi-head self-attention layer of PyTorch's nn.MultiheadAttention
+// (batch_first): fused Q/K/V projection, attention per head, heads concatenated, output
+// projection. Weights load from a checkpoint as they are:
+//   in_w = in_proj_weight [3E, E], in_b = in_proj_bias [3E],
+//   out_w = out_proj.weight [E, E], out_b = out_proj.bias [E].
+// The head dim is compile-time; E (hence the head count E / head_dim), S and B are run-time.
+#include <cmath>
+
+#include "generator/attention_algorithm.h"
+#include "generator/params.h"
+#include "schedules/schedule.h"
+
+namespace {
+
+using namespace Halide;
+using attngen::MaskKind;
+
+class Mha : public Generator<Mha> {
+ public:
+  GeneratorParam<int> head_dim{"head_dim", 64, 1, 4096};
+  GeneratorParam<MaskKind> mask_kind{"mask", MaskKind::kNone, attngen::kMaskKindNames};
+
+  Input<Buffer<float, 3>> x{"x"};             // (e, s, b)
+  Input<Buffer<float, 2>> in_w{"in_w"};       // (e, 3E)
+  Input<Buffer<float, 1>> in_b{"in_b"};       // (3E)
+  Input<Buffer<float, 2>> out_w{"out_w"};     // (E, E)
+  Input<Buffer<float, 1>> out_b{"out_b"};     // (E)
+  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};  // (b): key padding, <= S
+  Input<bool> bottom_right{"bottom_right"};
+  Output<Buffer<float, 3>> y{"y"};            // (e, s, b)
+
+  void generate() {
+    const int dh = head_dim;
+    Expr embed = x.dim(0).extent();
+    Expr seq = x.dim(1).extent();
+    Expr heads = embed / dh;
+
+    attngen::LinearFuncs in_proj =
+        attngen::define_linear(x, in_w, in_b, {embed, 3 * embed, seq}, "in_proj");
+    Func qkv = in_proj.out;
+
+    attngen::AttentionSpec spec;
+    spec.head_dim_qk = spec.head_dim_v = dh;
+    spec.mask = mask_kind;
+
+    Var d("d"), h("h"), s("s"), b("b");
+    attngen::AttentionInputs in;
+    in.q(d, h, s, b) = qkv(h * dh + d, s, b);
+    in.k(d, h, s, b) = qkv(embed + h * dh + d, s, b);
+    in.v(d, h, s, b) = qkv(2 * embed + h * dh + d, s, b);
+    in.kv_len = kv_len;
+    in.seq_q = in.seq_kv = seq;
+    in.heads_q = in.heads_kv = heads;
+    in.scale = Expr(1.0f / std::sqrt(static_cast<float>(dh)));
+    in.softcap = Expr(0.0f);
+    in.bottom_right = bottom_right;
+    attngen::AttentionFuncs attn = attngen::define_attention(spec, in);
+
+    // Heads concatenated: feature n of the attention output is (n % dh, n / dh).
+    Var n("n");
+    Func concat("concat");
+    concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
+    attngen::LinearFuncs out_proj =
+        attngen::define_linear(concat, out_w, out_b, {embed, embed, seq}, "out_proj");
+    y(n, s, b) = out_proj.out(n, s, b);
+
+    in_w.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
+    in_b.dim(0).set_bounds(0, 3 * embed);
+    out_w.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, embed);
+    out_b.dim(0).set_bounds(0, embed);
+    y.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, seq);
+
+    using E = attngen::Estimates;
+    x.set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+    in_w.set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
+    in_b.set_estimates({{0, 3 * E::kEmbed}});
+    out_w.set_estimates({{0, E::kEmbed}, {0, E::kEmbed}});
+    out_b.set_estimates({{0, E::kEmbed}});
+    kv_len.set_estimates({{0, E::kBatch}});
+    bottom_right.set_estimate(true);
+    y.set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+
+    if (get_auto_schedule()) return;
+    // Three stages, each with its own schedule; Q/K/V and the per-head output live in memory
+    // between them (B*S*3E and B*S*E floats).
+    const Target t = get_target();
+    qkv.compute_root();
+    attngen::schedule_linear(in_proj, t, false);
+    attn.out.compute_root();
+    attngen::schedule_attention(attn, spec, t, false);
+    out_proj.out.compute_inline();
+    attngen::LinearFuncs outs = out_proj;
+    outs.out = y;
+    attngen::schedule_linear(outs, t, false);
+  }
+};
+
+}  // namespace
+
+HALIDE_REGISTER_GENERATOR(Mha, mha)

@@ -1,0 +1,133 @@
+/* attngen: a thin C API over ahead-of-time generated attention kernels.
+ *
+ * Tensors are described, not owned: a pointer, a dtype, a shape (outermost first, as in
+ * PyTorch) and strides in elements. Every call validates every argument before any kernel
+ * runs; on bad input it returns a named status, leaves the outputs untouched, and
+ * attngen_last_error() says which argument was wrong and what was expected. Nothing in the
+ * library prints or aborts.
+ *
+ * The exact semantics of every kernel are in docs/semantics.md.
+ */
+#ifndef ATTNGEN_ATTNGEN_H_
+#define ATTNGEN_ATTNGEN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum attngen_status {
+  ATTNGEN_OK = 0,
+  ATTNGEN_ERROR_NULL_POINTER,       /* a required tensor or data pointer is NULL */
+  ATTNGEN_ERROR_DTYPE,              /* dtype not the one expected */
+  ATTNGEN_ERROR_RANK,               /* wrong number of dimensions */
+  ATTNGEN_ERROR_SHAPE,              /* sizes that must agree do not */
+  ATTNGEN_ERROR_HEADS,              /* query heads not a multiple of kv heads, or E % heads */
+  ATTNGEN_ERROR_EMPTY,              /* a size of 0 */
+  ATTNGEN_ERROR_TOO_LARGE,          /* a size, stride or extent in memory too large to index */
+  ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative) */
+  ATTNGEN_ERROR_ALIAS,              /* the output overlaps an input or itself */
+  ATTNGEN_ERROR_MASK,               /* mask tensor of the wrong dtype or shape */
+  ATTNGEN_ERROR_INVALID_ARGUMENT,   /* a bad scalar option (scale, softcap, kv_len values, enum) */
+  ATTNGEN_ERROR_NO_KERNEL,          /* no kernel was generated for this configuration */
+  ATTNGEN_ERROR_UNSUPPORTED_TARGET, /* the kernel needs an ISA this machine lacks */
+  ATTNGEN_ERROR_KERNEL              /* the kernel itself failed (e.g. out of memory) */
+} attngen_status;
+
+typedef enum attngen_dtype {
+  ATTNGEN_F32 = 0,
+  ATTNGEN_F16 = 1,
+  ATTNGEN_BF16 = 2,
+  ATTNGEN_BOOL = 3, /* one byte per element, 0 = false */
+  ATTNGEN_I32 = 4
+} attngen_dtype;
+
+#define ATTNGEN_MAX_RANK 5
+
+typedef struct attngen_tensor {
+  void* data;
+  attngen_dtype dtype;
+  int32_t rank;
+  int64_t shape[ATTNGEN_MAX_RANK];   /* outermost first */
+  int64_t strides[ATTNGEN_MAX_RANK]; /* in elements, outermost first */
+} attngen_tensor;
+
+/* A densely packed (row-major) tensor of the given shape. */
+attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_t rank,
+                                         const int64_t* shape);
+
+typedef enum attngen_mask_kind { ATTNGEN_MASK_NONE = 0, ATTNGEN_MASK_CAUSAL = 1 } attngen_mask_kind;
+
+/* Where query i sits among the keys (docs/semantics.md, "Masks"). */
+typedef enum attngen_alignment {
+  ATTNGEN_ALIGN_BOTTOM_RIGHT = 0, /* offset Skv - Sq (kv_len[b] - Sq with key padding) */
+  ATTNGEN_ALIGN_TOP_LEFT = 1      /* offset 0: PyTorch SDPA is_causal=True */
+} attngen_alignment;
+
+typedef struct attngen_attention_options {
+  float scale;                  /* 0: 1 / sqrt(Dqk) */
+  float softcap;                /* 0: none; c > 0: scores become c * tanh(s / c) */
+  attngen_mask_kind mask;       /* ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL */
+  attngen_alignment alignment;  /* for causal and key-padding offsets */
+  const attngen_tensor* kv_len; /* optional: I32 [B], valid keys per batch, 0 <= kv_len <= Skv */
+  /* optional: BOOL (true = attend) or F32 (added to the scores) mask, broadcastable to
+   * [B, Hq, Sq, Skv] (rank 1 to 4, aligned to the right, each size equal or 1) */
+  const attngen_tensor* mask_tensor;
+  const char* kernel; /* optional: run the kernel of this name instead of choosing one */
+} attngen_attention_options;
+
+attngen_attention_options attngen_attention_options_default(void);
+
+/* O = softmax(mask(scale * Q K^T)) V, BSHD layout:
+ * q [B, Sq, Hq, Dqk], k [B, Skv, Hkv, Dqk], v [B, Skv, Hkv, Dv], out [B, Sq, Hq, Dv], all F32,
+ * innermost stride 1, any other stride. Hq must be a multiple of Hkv (grouped-query).
+ * options may be NULL for the defaults. */
+attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
+                                 const attngen_tensor* v, attngen_tensor* out,
+                                 const attngen_attention_options* options);
+
+/* y = x W^T + b, PyTorch nn.Linear layout: x [B, S, E], w [N, E], bias [N] or NULL,
+ * y [B, S, N], all F32. */
+attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
+                              const attngen_tensor* bias, attngen_tensor* y);
+
+/* Weights of a PyTorch nn.MultiheadAttention, as stored in its state dict. */
+typedef struct attngen_mha_weights {
+  const attngen_tensor* in_proj_weight;  /* [3E, E] */
+  const attngen_tensor* in_proj_bias;    /* [3E], or NULL */
+  const attngen_tensor* out_proj_weight; /* [E, E] */
+  const attngen_tensor* out_proj_bias;   /* [E], or NULL */
+} attngen_mha_weights;
+
+typedef struct attngen_mha_options {
+  int64_t num_heads;            /* H; E must be a multiple of it */
+  attngen_mask_kind mask;       /* ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL */
+  attngen_alignment alignment;  /* with key padding and causal */
+  const attngen_tensor* kv_len; /* optional: I32 [B] key padding */
+  const char* kernel;           /* optional: run the kernel of this name */
+} attngen_mha_options;
+
+/* Self-attention layer: y = MHA(x, x, x) as nn.MultiheadAttention(batch_first=True) in
+ * inference, x and y [B, S, E], F32. */
+attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
+                           attngen_tensor* y, const attngen_mha_options* options);
+
+/* Message of the last call made on this thread ("" after success). */
+const char* attngen_last_error(void);
+
+/* Name of the kernel that the last successful call on this thread ran. */
+const char* attngen_last_kernel(void);
+
+/* Stable name of a status, e.g. "ATTNGEN_ERROR_SHAPE". */
+const char* attngen_status_name(attngen_status status);
+
+/* Threads used by the kernels (0: one per core, the default). */
+attngen_status attngen_set_num_threads(int threads);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ATTNGEN_ATTNGEN_H_ */

@@ -1,0 +1,426 @@
+// The C API: validate every argument, pick a kernel, run it with Halide's errors captured.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/src/internal.h"
+
+namespace attngen::rt {
+
+namespace {
+
+thread_local std::string t_last_error;
+thread_local std::string t_last_kernel;
+
+// Per-call sink for Halide's error messages, passed to kernels as their user_context.
+struct CallContext {
+  std::string halide_error;
+};
+
+void capture_error(void* user_context, const char* message) {
+  if (user_context != nullptr && message != nullptr) {
+    static_cast<CallContext*>(user_context)->halide_error += message;
+  }
+}
+
+void install_error_handler() {
+  static const bool installed = [] {
+    halide_set_error_handler(capture_error);
+    return true;
+  }();
+  (void)installed;
+}
+
+const char* const kQDims[] = {"B", "Sq", "Hq", "Dqk"};
+const char* const kKDims[] = {"B", "Skv", "Hkv", "Dqk"};
+const char* const kVDims[] = {"B", "Skv", "Hkv", "Dv"};
+const char* const kODims[] = {"B", "Sq", "Hq", "Dv"};
+const char* const kKvLenDims[] = {"B"};
+const char* const kRowsDims[] = {"B", "S", "E"};
+const char* const kLinearWDims[] = {"N", "E"};
+const char* const kLinearOutDims[] = {"B", "S", "N"};
+const char* const kBiasDims[] = {"N"};
+const char* const kInWDims[] = {"3E", "E"};
+const char* const kInBDims[] = {"3E"};
+const char* const kOutWDims[] = {"E", "E"};
+const char* const kOutBDims[] = {"E"};
+
+// kv_len: given (I32 [B], values in [0, Skv]) or all Skv.
+bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64_t seq_kv,
+                    std::vector<int32_t>& values) {
+  values.assign(static_cast<size_t>(batch), static_cast<int32_t>(seq_kv));
+  if (kv_len == nullptr) return true;
+  const TensorSpec spec{"kv_len", ATTNGEN_I32, 1, kKvLenDims};
+  if (!check_tensor(c, kv_len, spec)) return false;
+  if (!check_dim(c, *kv_len, spec, 0, batch, "B of q")) return false;
+  const auto* data = static_cast<const int32_t*>(kv_len->data);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t n = data[b * kv_len->strides[0]];
+    if (n < 0 || n > seq_kv) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    "kv_len[" + std::to_string(b) + "] is " + std::to_string(n) +
+                        ", expected 0 <= kv_len <= Skv = " + std::to_string(seq_kv));
+    }
+    values[static_cast<size_t>(b)] = n;
+  }
+  return true;
+}
+
+bool check_enums(Check& c, attngen_mask_kind mask, attngen_alignment alignment) {
+  if (mask != ATTNGEN_MASK_NONE && mask != ATTNGEN_MASK_CAUSAL) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  "mask is " + std::to_string(static_cast<int>(mask)) +
+                      ", expected ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL");
+  }
+  if (alignment != ATTNGEN_ALIGN_BOTTOM_RIGHT && alignment != ATTNGEN_ALIGN_TOP_LEFT) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  "alignment is " + std::to_string(static_cast<int>(alignment)) +
+                      ", expected ATTNGEN_ALIGN_BOTTOM_RIGHT or ATTNGEN_ALIGN_TOP_LEFT");
+  }
+  return true;
+}
+
+// The mask tensor, broadcast to (Skv, Sq, Hq, B) innermost-first with stride 0 where it has
+// size 1 or no dimension.
+bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], HalideView& view) {
+  if (m == nullptr) return true;
+  if (m->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "mask_tensor.data is NULL");
+  if (m->dtype != ATTNGEN_BOOL && m->dtype != ATTNGEN_F32) {
+    return c.fail(ATTNGEN_ERROR_MASK, std::string("mask_tensor has dtype ") +
+                                          dtype_name(m->dtype) + ", expected BOOL or F32");
+  }
+  if (m->rank < 1 || m->rank > 4) {
+    return c.fail(ATTNGEN_ERROR_MASK, "mask_tensor has rank " + std::to_string(m->rank) +
+                                          ", expected 1 to 4 (broadcast to [B, Hq, Sq, Skv])");
+  }
+  static const char* const names[] = {"B", "Hq", "Sq", "Skv"};
+  attngen_tensor full_view{};
+  full_view.data = m->data;
+  full_view.dtype = m->dtype;
+  full_view.rank = 4;
+  int64_t last = 0;
+  for (int d = 0; d < 4; ++d) {
+    const int md = d - (4 - m->rank);  // mask dimension aligned to the right
+    full_view.shape[d] = full[d];
+    full_view.strides[d] = 0;
+    if (md < 0) continue;
+    const int64_t n = m->shape[md], s = m->strides[md];
+    if (n != full[d] && n != 1) {
+      return c.fail(ATTNGEN_ERROR_MASK,
+                    "mask_tensor.shape[" + std::to_string(md) + "] is " + std::to_string(n) +
+                        ", expected " + std::to_string(full[d]) + " (" + names[d] + ") or 1");
+    }
+    if (s < 0 || s > std::numeric_limits<int32_t>::max()) {
+      return c.fail(ATTNGEN_ERROR_STRIDE, "mask_tensor.strides[" + std::to_string(md) +
+                                              "] is " + std::to_string(s) +
+                                              ", expected 0 <= stride < 2^31");
+    }
+    if (n > 1) {
+      full_view.strides[d] = s;
+      last += (n - 1) * s;
+    }
+  }
+  if ((last + 1) * static_cast<int64_t>(dtype_size(m->dtype)) >
+      std::numeric_limits<int32_t>::max()) {
+    return c.fail(ATTNGEN_ERROR_TOO_LARGE, "mask_tensor spans more than 2^31 - 1 bytes");
+  }
+  make_view(view, full_view);
+  return true;
+}
+
+}  // namespace
+
+attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
+                          const attngen_kernel_args& args) {
+  install_error_handler();
+  CallContext ctx;
+  const int result = kernel->run(&ctx, &args);
+  if (result != 0) {
+    std::string msg = "kernel '" + std::string(kernel->name) + "' failed (Halide error " +
+                      std::to_string(result) + ")";
+    if (!ctx.halide_error.empty()) msg += ": " + ctx.halide_error;
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    c.fail(ATTNGEN_ERROR_KERNEL, msg);
+  }
+  return c.status();
+}
+
+attngen_status finish(const Check& c, const attngen_kernel_info* kernel) {
+  t_last_error = c.message();
+  t_last_kernel = c.ok() && kernel != nullptr ? kernel->name : "";
+  return c.status();
+}
+
+}  // namespace attngen::rt
+
+using namespace attngen::rt;
+
+extern "C" {
+
+attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_t rank,
+                                         const int64_t* shape) {
+  attngen_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = rank < 0 ? 0 : (rank > ATTNGEN_MAX_RANK ? ATTNGEN_MAX_RANK : rank);
+  int64_t stride = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    t.shape[d] = shape != nullptr ? shape[d] : 0;
+    t.strides[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
+attngen_attention_options attngen_attention_options_default(void) {
+  attngen_attention_options o{};
+  o.mask = ATTNGEN_MASK_NONE;
+  o.alignment = ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  return o;
+}
+
+attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
+                                 const attngen_tensor* v, attngen_tensor* out,
+                                 const attngen_attention_options* options) {
+  Check c;
+  const attngen_attention_options opt =
+      options != nullptr ? *options : attngen_attention_options_default();
+  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims};
+  const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims};
+  const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims};
+  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true};
+  if (!check_tensor(c, q, qs) || !check_tensor(c, k, ks) || !check_tensor(c, v, vs) ||
+      !check_tensor(c, out, os)) {
+    return finish(c, nullptr);
+  }
+  const int64_t batch = q->shape[0], seq_q = q->shape[1], heads_q = q->shape[2];
+  const int64_t dqk = q->shape[3], seq_kv = k->shape[1], heads_kv = k->shape[2];
+  const int64_t dv = v->shape[3];
+  if (!check_dim(c, *k, ks, 0, batch, "B of q") || !check_dim(c, *k, ks, 3, dqk, "Dqk of q") ||
+      !check_dim(c, *v, vs, 0, batch, "B of q") || !check_dim(c, *v, vs, 1, seq_kv, "Skv of k") ||
+      !check_dim(c, *v, vs, 2, heads_kv, "Hkv of k") ||
+      !check_dim(c, *out, os, 0, batch, "B of q") ||
+      !check_dim(c, *out, os, 1, seq_q, "Sq of q") ||
+      !check_dim(c, *out, os, 2, heads_q, "Hq of q") ||
+      !check_dim(c, *out, os, 3, dv, "Dv of v")) {
+    return finish(c, nullptr);
+  }
+  if (heads_q % heads_kv != 0) {
+    c.fail(ATTNGEN_ERROR_HEADS, "q has " + std::to_string(heads_q) + " heads and k has " +
+                                    std::to_string(heads_kv) +
+                                    "; Hq must be a multiple of Hkv (grouped-query attention)");
+    return finish(c, nullptr);
+  }
+  if (!check_no_alias(c, *out, "out", *q, "q") || !check_no_alias(c, *out, "out", *k, "k") ||
+      !check_no_alias(c, *out, "out", *v, "v") || !check_enums(c, opt.mask, opt.alignment)) {
+    return finish(c, nullptr);
+  }
+  if (!std::isfinite(opt.scale)) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
+    return finish(c, nullptr);
+  }
+  if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
+    return finish(c, nullptr);
+  }
+  std::vector<int32_t> kv_len;
+  if (!prepare_kv_len(c, opt.kv_len, batch, seq_kv, kv_len)) return finish(c, nullptr);
+  HalideView mask;
+  const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
+  if (!prepare_mask(c, opt.mask_tensor, full, mask)) return finish(c, nullptr);
+  if (opt.mask_tensor != nullptr && !check_no_alias(c, *out, "out", *opt.mask_tensor, "mask")) {
+    return finish(c, nullptr);
+  }
+
+  KernelQuery query{ATTNGEN_OP_ATTENTION};
+  query.head_dim_qk = static_cast<int>(dqk);
+  query.head_dim_v = static_cast<int>(dv);
+  query.mask = opt.mask;
+  query.mask_tensor = opt.mask_tensor == nullptr ? ATTNGEN_MASK_TENSOR_NONE
+                      : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
+                                                               : ATTNGEN_MASK_TENSOR_ADDITIVE;
+  query.softcap = opt.softcap > 0.0f;
+  const attngen_kernel_info* kernel = select_kernel(c, query, opt.kernel);
+  if (kernel == nullptr) return finish(c, nullptr);
+
+  HalideView hq, hk, hv, ho, hl;
+  make_view(hq, *q);
+  make_view(hk, *k);
+  make_view(hv, *v);
+  make_view(ho, *out);
+  const int64_t batch_shape[1] = {batch};
+  make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, batch_shape));
+  attngen_kernel_args args{};
+  args.q = &hq.buf;
+  args.k = &hk.buf;
+  args.v = &hv.buf;
+  args.kv_len = &hl.buf;
+  args.mask = opt.mask_tensor != nullptr ? &mask.buf : nullptr;
+  args.out = &ho.buf;
+  args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(dqk));
+  args.softcap = opt.softcap;
+  args.bottom_right = opt.alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  run_kernel(c, kernel, args);
+  return finish(c, kernel);
+}
+
+attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
+                              const attngen_tensor* bias, attngen_tensor* y) {
+  Check c;
+  const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
+  const TensorSpec ws{"w", ATTNGEN_F32, 2, kLinearWDims};
+  const TensorSpec bs{"bias", ATTNGEN_F32, 1, kBiasDims};
+  const TensorSpec ys{"y", ATTNGEN_F32, 3, kLinearOutDims, /*output=*/true};
+  if (!check_tensor(c, x, xs) || !check_tensor(c, w, ws) ||
+      (bias != nullptr && !check_tensor(c, bias, bs)) || !check_tensor(c, y, ys)) {
+    return finish(c, nullptr);
+  }
+  const int64_t n = w->shape[0];
+  if (!check_dim(c, *w, ws, 1, x->shape[2], "E of x") ||
+      (bias != nullptr && !check_dim(c, *bias, bs, 0, n, "N of w")) ||
+      !check_dim(c, *y, ys, 0, x->shape[0], "B of x") ||
+      !check_dim(c, *y, ys, 1, x->shape[1], "S of x") || !check_dim(c, *y, ys, 2, n, "N of w") ||
+      !check_no_alias(c, *y, "y", *x, "x") || !check_no_alias(c, *y, "y", *w, "w") ||
+      (bias != nullptr && !check_no_alias(c, *y, "y", *bias, "bias"))) {
+    return finish(c, nullptr);
+  }
+  const attngen_kernel_info* kernel = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
+  if (kernel == nullptr) return finish(c, nullptr);
+  std::vector<float> zeros(bias == nullptr ? static_cast<size_t>(n) : 0, 0.0f);
+  const attngen_tensor zero_bias = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n);
+  HalideView hx, hw, hb, hy;
+  make_view(hx, *x);
+  make_view(hw, *w);
+  make_view(hb, bias != nullptr ? *bias : zero_bias);
+  make_view(hy, *y);
+  attngen_kernel_args args{};
+  args.x = &hx.buf;
+  args.w = &hw.buf;
+  args.bias = &hb.buf;
+  args.out = &hy.buf;
+  run_kernel(c, kernel, args);
+  return finish(c, kernel);
+}
+
+attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
+                           attngen_tensor* y, const attngen_mha_options* options) {
+  Check c;
+  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
+  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
+  if (!c.ok()) return finish(c, nullptr);
+  const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
+  const TensorSpec iws{"in_proj_weight", ATTNGEN_F32, 2, kInWDims};
+  const TensorSpec ibs{"in_proj_bias", ATTNGEN_F32, 1, kInBDims};
+  const TensorSpec ows{"out_proj_weight", ATTNGEN_F32, 2, kOutWDims};
+  const TensorSpec obs{"out_proj_bias", ATTNGEN_F32, 1, kOutBDims};
+  const TensorSpec ys{"y", ATTNGEN_F32, 3, kRowsDims, /*output=*/true};
+  const attngen_tensor* in_b = weights->in_proj_bias;
+  const attngen_tensor* out_b = weights->out_proj_bias;
+  if (!check_tensor(c, x, xs) || !check_tensor(c, weights->in_proj_weight, iws) ||
+      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
+      !check_tensor(c, weights->out_proj_weight, ows) ||
+      (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {
+    return finish(c, nullptr);
+  }
+  const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
+  const attngen_tensor& iw = *weights->in_proj_weight;
+  const attngen_tensor& ow = *weights->out_proj_weight;
+  if (!check_dim(c, iw, iws, 0, 3 * embed, "3 * E of x") ||
+      !check_dim(c, iw, iws, 1, embed, "E of x") ||
+      (in_b != nullptr && !check_dim(c, *in_b, ibs, 0, 3 * embed, "3 * E of x")) ||
+      !check_dim(c, ow, ows, 0, embed, "E of x") || !check_dim(c, ow, ows, 1, embed, "E of x") ||
+      (out_b != nullptr && !check_dim(c, *out_b, obs, 0, embed, "E of x")) ||
+      !check_dim(c, *y, ys, 0, batch, "B of x") || !check_dim(c, *y, ys, 1, seq, "S of x") ||
+      !check_dim(c, *y, ys, 2, embed, "E of x")) {
+    return finish(c, nullptr);
+  }
+  if (options->num_heads <= 0 || embed % options->num_heads != 0) {
+    c.fail(ATTNGEN_ERROR_HEADS, "num_heads is " + std::to_string(options->num_heads) +
+                                    "; it must be positive and divide E = " +
+                                    std::to_string(embed));
+    return finish(c, nullptr);
+  }
+  if (!check_no_alias(c, *y, "y", *x, "x") ||
+      !check_no_alias(c, *y, "y", iw, "in_proj_weight") ||
+      !check_no_alias(c, *y, "y", ow, "out_proj_weight") ||
+      (in_b != nullptr && !check_no_alias(c, *y, "y", *in_b, "in_proj_bias")) ||
+      (out_b != nullptr && !check_no_alias(c, *y, "y", *out_b, "out_proj_bias")) ||
+      !check_enums(c, options->mask, options->alignment)) {
+    return finish(c, nullptr);
+  }
+  std::vector<int32_t> kv_len;
+  if (!prepare_kv_len(c, options->kv_len, batch, seq, kv_len)) return finish(c, nullptr);
+
+  KernelQuery query{ATTNGEN_OP_MHA};
+  query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options->num_heads);
+  query.mask = options->mask;
+  const attngen_kernel_info* kernel = select_kernel(c, query, options->kernel);
+  if (kernel == nullptr) return finish(c, nullptr);
+
+  std::vector<float> zeros((in_b == nullptr || out_b == nullptr) ? 3 * embed : 0, 0.0f);
+  const int64_t n_in = 3 * embed;
+  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n_in);
+  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &embed);
+  HalideView hx, hiw, hib, how, hob, hl, hy;
+  make_view(hx, *x);
+  make_view(hiw, iw);
+  make_view(hib, in_b != nullptr ? *in_b : zero_in);
+  make_view(how, ow);
+  make_view(hob, out_b != nullptr ? *out_b : zero_out);
+  make_view(hy, *y);
+  make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch));
+  attngen_kernel_args args{};
+  args.x = &hx.buf;
+  args.w = &hiw.buf;
+  args.bias = &hib.buf;
+  args.w2 = &how.buf;
+  args.bias2 = &hob.buf;
+  args.kv_len = &hl.buf;
+  args.bottom_right = options->alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  args.out = &hy.buf;
+  run_kernel(c, kernel, args);
+  return finish(c, kernel);
+}
+
+const char* attngen_last_error(void) { return t_last_error.c_str(); }
+
+const char* attngen_last_kernel(void) { return t_last_kernel.c_str(); }
+
+const char* attngen_status_name(attngen_status status) {
+  switch (status) {
+#define ATTNGEN_NAME(s) \
+  case s:               \
+    return #s;
+    ATTNGEN_NAME(ATTNGEN_OK)
+    ATTNGEN_NAME(ATTNGEN_ERROR_NULL_POINTER)
+    ATTNGEN_NAME(ATTNGEN_ERROR_DTYPE)
+    ATTNGEN_NAME(ATTNGEN_ERROR_RANK)
+    ATTNGEN_NAME(ATTNGEN_ERROR_SHAPE)
+    ATTNGEN_NAME(ATTNGEN_ERROR_HEADS)
+    ATTNGEN_NAME(ATTNGEN_ERROR_EMPTY)
+    ATTNGEN_NAME(ATTNGEN_ERROR_TOO_LARGE)
+    ATTNGEN_NAME(ATTNGEN_ERROR_STRIDE)
+    ATTNGEN_NAME(ATTNGEN_ERROR_ALIAS)
+    ATTNGEN_NAME(ATTNGEN_ERROR_MASK)
+    ATTNGEN_NAME(ATTNGEN_ERROR_INVALID_ARGUMENT)
+    ATTNGEN_NAME(ATTNGEN_ERROR_NO_KERNEL)
+    ATTNGEN_NAME(ATTNGEN_ERROR_UNSUPPORTED_TARGET)
+    ATTNGEN_NAME(ATTNGEN_ERROR_KERNEL)
+#undef ATTNGEN_NAME
+  }
+  return "ATTNGEN_ERROR_UNKNOWN";
+}
+
+attngen_status attngen_set_num_threads(int threads) {
+  Check c;
+  if (threads < 0) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "threads is negative");
+  } else {
+    halide_set_num_threads(threads);
+  }
+  return finish(c, nullptr);
+}
+
+}  // extern "C"

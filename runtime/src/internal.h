@@ -1,0 +1,76 @@
+// Internals of the attngen runtime: argument checking and Halide buffer views.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "HalideRuntime.h"
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+
+namespace attngen::rt {
+
+// The first failure of a call: its status and a message naming the argument.
+class Check {
+ public:
+  bool ok() const { return status_ == ATTNGEN_OK; }
+  attngen_status status() const { return status_; }
+  const std::string& message() const { return message_; }
+  // Records the failure (if it is the first) and returns false.
+  bool fail(attngen_status status, std::string message);
+
+ private:
+  attngen_status status_ = ATTNGEN_OK;
+  std::string message_;
+};
+
+// What a tensor argument must look like. dims names each dimension, outermost first, and so
+// fixes the rank ("B", "S", "H", "D" -> "q.shape[1] (Sq)").
+struct TensorSpec {
+  const char* name;
+  attngen_dtype dtype;
+  int rank;
+  const char* const* dims;
+  bool output = false;
+};
+
+const char* dtype_name(attngen_dtype dtype);
+size_t dtype_size(attngen_dtype dtype);
+
+// Null, dtype, rank, sizes, strides, addressable extent; for outputs also self-overlap.
+bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
+
+// t.shape[dim] must equal `expected`, which `what` names (e.g. "Dqk of q").
+bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim,
+               int64_t expected, const char* what);
+
+// The output's bytes must not overlap the input's.
+bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
+                    const attngen_tensor& in, const char* in_name);
+
+// A Halide view of an attngen tensor: dimensions reversed (innermost first).
+struct HalideView {
+  halide_buffer_t buf{};
+  halide_dimension_t dims[ATTNGEN_MAX_RANK]{};
+};
+void make_view(HalideView& view, const attngen_tensor& t);
+
+// Kernel selection: the registered or built-in kernel that fits, best ISA first. With `name`
+// set, exactly that kernel, which must fit and be supported.
+struct KernelQuery {
+  attngen_op op;
+  int head_dim_qk = 0, head_dim_v = 0;
+  attngen_mask_kind mask = ATTNGEN_MASK_NONE;
+  attngen_mask_tensor_kind mask_tensor = ATTNGEN_MASK_TENSOR_NONE;
+  bool softcap = false;
+};
+const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
+
+// Runs the kernel, capturing Halide's error messages; records which kernel ran.
+attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
+                          const attngen_kernel_args& args);
+
+// Publishes a call's outcome to attngen_last_error() / attngen_last_kernel().
+attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
+
+}  // namespace attngen::rt

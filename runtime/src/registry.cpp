@@ -1,0 +1,191 @@
+// The dispatch table: kernels registered at run time, then the built-in ones generated from
+// generated/variants.cmake; selection by configuration and by what this CPU can run.
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/src/internal.h"
+
+extern "C" const attngen_kernel_info* const attngen_builtin_kernels[];
+
+namespace attngen::rt {
+
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::vector<const attngen_kernel_info*>& registered() {
+  static std::vector<const attngen_kernel_info*> kernels;
+  return kernels;
+}
+
+size_t builtin_count() {
+  size_t n = 0;
+  while (attngen_builtin_kernels[n] != nullptr) ++n;
+  return n;
+}
+
+bool cpu_has(const char* isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (!std::strcmp(isa, "avx512")) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
+  }
+  if (!std::strcmp(isa, "avx2")) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }
+  if (!std::strcmp(isa, "sse41")) return __builtin_cpu_supports("sse4.1");
+  return !std::strcmp(isa, "generic");
+#elif defined(__aarch64__)
+  return !std::strcmp(isa, "neon") || !std::strcmp(isa, "generic");
+#else
+  return !std::strcmp(isa, "generic");
+#endif
+}
+
+// Higher is preferred when several kernels fit.
+int isa_rank(const char* isa) {
+  static const char* const order[] = {"generic", "sse41", "avx2", "neon", "avx512"};
+  for (int r = 4; r >= 0; --r) {
+    if (!std::strcmp(isa, order[r])) return r;
+  }
+  return -1;
+}
+
+const char* op_name(attngen_op op) {
+  switch (op) {
+    case ATTNGEN_OP_ATTENTION:
+      return "attention";
+    case ATTNGEN_OP_LINEAR:
+      return "linear";
+    case ATTNGEN_OP_MHA:
+      return "mha";
+  }
+  return "?";
+}
+
+std::string describe(const KernelQuery& q) {
+  std::string s = std::string("op ") + op_name(q.op);
+  if (q.op == ATTNGEN_OP_LINEAR) return s;
+  s += ", head dim " + std::to_string(q.head_dim_qk);
+  if (q.op == ATTNGEN_OP_ATTENTION) s += "/" + std::to_string(q.head_dim_v);
+  s += q.mask == ATTNGEN_MASK_CAUSAL ? ", causal" : ", no causal mask";
+  if (q.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) s += ", bool mask tensor";
+  if (q.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) s += ", additive mask tensor";
+  if (q.softcap) s += ", soft cap";
+  return s;
+}
+
+bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
+  if (k.op != q.op) return false;
+  if (q.op == ATTNGEN_OP_LINEAR) return true;
+  if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;
+  if (q.op == ATTNGEN_OP_MHA) return true;
+  return k.head_dim_v == q.head_dim_v && k.mask_tensor == q.mask_tensor &&
+         (k.softcap != 0) == q.softcap;
+}
+
+}  // namespace
+
+const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name) {
+  if (name != nullptr) {
+    const attngen_kernel_info* k = attngen_find_kernel(name);
+    if (k == nullptr) {
+      c.fail(ATTNGEN_ERROR_NO_KERNEL, std::string("no kernel named '") + name + "'");
+      return nullptr;
+    }
+    if (!fits(*k, query)) {
+      c.fail(ATTNGEN_ERROR_NO_KERNEL,
+             std::string("kernel '") + name + "' does not fit this call, which needs " +
+                 describe(query));
+      return nullptr;
+    }
+    if (!attngen_kernel_supported(k)) {
+      c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET, std::string("kernel '") + name + "' needs " +
+                                                   k->isa + ", which this machine lacks");
+      return nullptr;
+    }
+    return k;
+  }
+  const attngen_kernel_info* best = nullptr;
+  bool unsupported_fit = false;
+  const size_t n = attngen_kernel_count();
+  for (size_t i = 0; i < n; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (!fits(*k, query)) continue;
+    if (!attngen_kernel_supported(k)) {
+      unsupported_fit = true;
+      continue;
+    }
+    if (best == nullptr || isa_rank(k->isa) > isa_rank(best->isa)) best = k;
+  }
+  if (best == nullptr) {
+    if (unsupported_fit) {
+      c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
+             "the kernels generated for " + describe(query) + " need ISAs this machine lacks");
+    } else {
+      c.fail(ATTNGEN_ERROR_NO_KERNEL, "no kernel was generated for " + describe(query) +
+                                          " (add one with attngen_add_kernel)");
+    }
+  }
+  return best;
+}
+
+}  // namespace attngen::rt
+
+extern "C" {
+
+size_t attngen_kernel_count(void) {
+  std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+  return attngen::rt::registered().size() + attngen::rt::builtin_count();
+}
+
+const attngen_kernel_info* attngen_kernel_at(size_t index) {
+  std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+  const auto& reg = attngen::rt::registered();
+  if (index < reg.size()) return reg[index];
+  index -= reg.size();
+  return index < attngen::rt::builtin_count() ? attngen_builtin_kernels[index] : nullptr;
+}
+
+const attngen_kernel_info* attngen_find_kernel(const char* name) {
+  if (name == nullptr) return nullptr;
+  const size_t n = attngen_kernel_count();
+  for (size_t i = 0; i < n; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k != nullptr && !std::strcmp(k->name, name)) return k;
+  }
+  return nullptr;
+}
+
+int attngen_kernel_supported(const attngen_kernel_info* kernel) {
+  return kernel != nullptr && attngen::rt::cpu_has(kernel->isa) ? 1 : 0;
+}
+
+attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
+  attngen::rt::Check c;
+  if (kernel == nullptr || kernel->name == nullptr || kernel->run == nullptr ||
+      kernel->isa == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "kernel descriptor (or its name, isa or run) is NULL");
+    return attngen::rt::finish(c, nullptr);
+  }
+  if (attngen_find_kernel(kernel->name) != nullptr) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           std::string("a kernel named '") + kernel->name + "' is already registered");
+    return attngen::rt::finish(c, nullptr);
+  }
+  {
+    std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+    attngen::rt::registered().push_back(kernel);
+  }
+  return attngen::rt::finish(c, nullptr);
+}
+
+}  // extern "C"

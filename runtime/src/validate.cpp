@@ -1,0 +1,197 @@
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "runtime/src/internal.h"
+
+namespace attngen::rt {
+
+namespace {
+
+// Halide buffers index with 32-bit extents and strides, and (without the large_buffers
+// feature) address at most 2^31 - 1 bytes per buffer.
+constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+
+std::string dim_label(const attngen_tensor&, const TensorSpec& spec, int d) {
+  return std::string(spec.name) + ".shape[" + std::to_string(d) + "] (" + spec.dims[d] + ")";
+}
+
+}  // namespace
+
+bool Check::fail(attngen_status status, std::string message) {
+  if (status_ == ATTNGEN_OK) {
+    status_ = status;
+    message_ = std::move(message);
+  }
+  return false;
+}
+
+const char* dtype_name(attngen_dtype dtype) {
+  switch (dtype) {
+    case ATTNGEN_F32:
+      return "F32";
+    case ATTNGEN_F16:
+      return "F16";
+    case ATTNGEN_BF16:
+      return "BF16";
+    case ATTNGEN_BOOL:
+      return "BOOL";
+    case ATTNGEN_I32:
+      return "I32";
+  }
+  return "unknown dtype";
+}
+
+size_t dtype_size(attngen_dtype dtype) {
+  switch (dtype) {
+    case ATTNGEN_F32:
+    case ATTNGEN_I32:
+      return 4;
+    case ATTNGEN_F16:
+    case ATTNGEN_BF16:
+      return 2;
+    case ATTNGEN_BOOL:
+      return 1;
+  }
+  return 0;
+}
+
+bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
+  const std::string name = spec.name;
+  if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
+  if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
+  if (t->dtype != spec.dtype) {
+    return c.fail(ATTNGEN_ERROR_DTYPE, name + " has dtype " + dtype_name(t->dtype) +
+                                           ", expected " + dtype_name(spec.dtype));
+  }
+  if (t->rank != spec.rank) {
+    std::string dims;
+    for (int d = 0; d < spec.rank; ++d) dims += std::string(d ? ", " : "") + spec.dims[d];
+    return c.fail(ATTNGEN_ERROR_RANK, name + " has rank " + std::to_string(t->rank) +
+                                          ", expected " + std::to_string(spec.rank) + " [" +
+                                          dims + "]");
+  }
+  int64_t last_byte = 0;  // offset of the last element, in elements
+  for (int d = 0; d < spec.rank; ++d) {
+    const int64_t n = t->shape[d], s = t->strides[d];
+    if (n == 0) return c.fail(ATTNGEN_ERROR_EMPTY, dim_label(*t, spec, d) + " is 0");
+    if (n < 0) {
+      return c.fail(ATTNGEN_ERROR_SHAPE,
+                    dim_label(*t, spec, d) + " is negative (" + std::to_string(n) + ")");
+    }
+    if (n > kMaxIndex) {
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                    dim_label(*t, spec, d) + " = " + std::to_string(n) + " exceeds 2^31 - 1");
+    }
+    if (s < 0) {
+      return c.fail(ATTNGEN_ERROR_STRIDE, name + ".strides[" + std::to_string(d) + "] is " +
+                                              std::to_string(s) + ", negative strides are "
+                                              "not supported");
+    }
+    if (s > kMaxIndex) {
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) + "] = " +
+                                                 std::to_string(s) + " exceeds 2^31 - 1");
+    }
+    last_byte += (n - 1) * s;
+    if (last_byte > kMaxIndex) break;  // reported below; avoids overflow
+  }
+  const int inner = spec.rank - 1;
+  if (t->shape[inner] > 1 && t->strides[inner] != 1) {
+    return c.fail(ATTNGEN_ERROR_STRIDE, name + ".strides[" + std::to_string(inner) + "] is " +
+                                            std::to_string(t->strides[inner]) +
+                                            ", the innermost dimension must be contiguous (1)");
+  }
+  const int64_t bytes = last_byte > kMaxIndex
+                            ? last_byte
+                            : (last_byte + 1) * static_cast<int64_t>(dtype_size(t->dtype));
+  if (bytes > kMaxIndex) {
+    return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                  name + " spans more than 2^31 - 1 bytes, the most a kernel can address");
+  }
+  if (spec.output) {
+    // Written elements must be distinct: sorted by stride, each dimension must step over the
+    // whole extent of the ones inside it.
+    int order[ATTNGEN_MAX_RANK];
+    for (int d = 0; d < spec.rank; ++d) order[d] = d;
+    std::sort(order, order + spec.rank,
+              [&](int a, int b) { return t->strides[a] < t->strides[b]; });
+    int64_t extent = 1;
+    for (int k = 0; k < spec.rank; ++k) {
+      const int d = order[k];
+      if (t->shape[d] == 1) continue;
+      if (t->strides[d] < extent) {
+        return c.fail(ATTNGEN_ERROR_STRIDE,
+                      name + ".strides[" + std::to_string(d) + "] = " +
+                          std::to_string(t->strides[d]) +
+                          " makes output elements overlap; outputs need distinct elements");
+      }
+      extent = t->strides[d] * t->shape[d];
+    }
+  }
+  return true;
+}
+
+bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim,
+               int64_t expected, const char* what) {
+  if (t.shape[dim] == expected) return true;
+  return c.fail(ATTNGEN_ERROR_SHAPE, dim_label(t, spec, dim) + " is " +
+                                         std::to_string(t.shape[dim]) + ", expected " +
+                                         std::to_string(expected) + " (" + what + ")");
+}
+
+bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
+                    const attngen_tensor& in, const char* in_name) {
+  const auto range = [](const attngen_tensor& t, uintptr_t& lo, uintptr_t& hi) {
+    int64_t last = 0;
+    for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
+    lo = reinterpret_cast<uintptr_t>(t.data);
+    hi = lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype)));
+  };
+  uintptr_t a0, a1, b0, b1;
+  range(out, a0, a1);
+  range(in, b0, b1);
+  if (a0 < b1 && b0 < a1) {
+    return c.fail(ATTNGEN_ERROR_ALIAS, std::string(out_name) + " overlaps " + in_name +
+                                           " in memory; the output must not alias an input");
+  }
+  return true;
+}
+
+void make_view(HalideView& view, const attngen_tensor& t) {
+  halide_buffer_t& b = view.buf;
+  b.device = 0;
+  b.device_interface = nullptr;
+  b.host = static_cast<uint8_t*>(t.data);
+  b.flags = 0;
+  switch (t.dtype) {
+    case ATTNGEN_F32:
+      b.type = halide_type_t(halide_type_float, 32);
+      break;
+    case ATTNGEN_F16:
+      b.type = halide_type_t(halide_type_float, 16);
+      break;
+    case ATTNGEN_BF16:
+      b.type = halide_type_t(halide_type_bfloat, 16);
+      break;
+    case ATTNGEN_BOOL:
+      b.type = halide_type_t(halide_type_uint, 8);
+      break;
+    case ATTNGEN_I32:
+      b.type = halide_type_t(halide_type_int, 32);
+      break;
+  }
+  b.dimensions = t.rank;
+  b.dim = view.dims;
+  for (int d = 0; d < t.rank; ++d) {
+    halide_dimension_t& hd = view.dims[t.rank - 1 - d];
+    hd.min = 0;
+    hd.extent = static_cast<int32_t>(t.shape[d]);
+    // A size-1 dimension's stride is never used; normalise it so the innermost is always 1.
+    hd.stride = t.shape[d] == 1 && d == t.rank - 1 ? 1 : static_cast<int32_t>(t.strides[d]);
+    hd.flags = 0;
+  }
+  b.padding = nullptr;
+}
+
+}  // namespace attngen::rt

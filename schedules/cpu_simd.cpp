@@ -1,0 +1,124 @@
+// Tiled CPU schedules for SIMD targets: written and measured for x86 AVX-512, used with the
+// narrower vectors of AVX2 and NEON until those get schedules of their own.
+//
+// Attention: parallel over batch x heads x query tiles. Per query tile the full row of scores
+// (query_tile x Skv floats, query rows innermost) stays in L2, so the row max, exp and row sum
+// are plain vertical vector ops. Two register-blocked inner loops do the flops:
+//   q.k : query_tile/lanes vectors x key_tile keys of accumulators, K broadcast from memory;
+//   p.v : pv_rows rows x Dv/lanes vectors of accumulators, V rows loaded as vectors.
+// Linear (X W^T + b): the weights are staged once, transposed, so output features are
+// contiguous; row blocks share a weight panel while it is in cache.
+#include "schedules/schedule.h"
+
+namespace attngen {
+
+using namespace Halide;
+
+void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec,
+                             const TargetInfo& info, const AttentionTunables& t) {
+  const int lanes = info.f32_lanes;
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  const TailStrategy dv_tail =
+      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
+  Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task"), hb("hb");
+  Var vo("vo"), vi("vi"), qo("qo"), qi("qi"), jo("jo"), ji("ji");
+
+  Func out = f.out;
+  out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
+      .split(ii, ro, ri, t.pv_rows)
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, ri, ro, io, h, b)
+      .fuse(h, b, hb)
+      .fuse(io, hb, task)
+      .parallel(task)
+      .vectorize(vi)
+      .unroll(vo)
+      .unroll(ri);
+
+  // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across the key loop.
+  Func acc = f.acc;
+  acc.compute_at(out, ro).bound_extent(i, t.pv_rows);
+  acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).unroll(i);
+  acc.update()
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, i, f.rj)
+      .vectorize(vi)
+      .unroll(vo)
+      .unroll(i);
+
+  // Everything below works on one query tile, with query rows innermost in memory.
+  const auto per_query_tile = [&](Func g) -> Func {
+    g.compute_at(out, task).bound_extent(i, t.query_tile);
+    return g;
+  };
+
+  per_query_tile(f.q).reorder_storage(i, d).reorder(i, d).vectorize(i, lanes);
+
+  Func scores = per_query_tile(f.scores);
+  scores.reorder_storage(i, j)
+      .split(j, jo, ji, t.key_tile)
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, ji, jo)
+      .vectorize(qi)
+      .unroll(qo);
+
+  // q.k, register-blocked: (query_tile / lanes) x key_tile accumulators live across Dqk.
+  f.dot.compute_at(scores, jo).reorder_storage(i, j);
+  f.dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
+  f.dot.update()
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, j, f.rd)
+      .vectorize(qi)
+      .unroll(qo)
+      .unroll(j);
+
+  for (Func row : {f.row_max, f.row_sum}) {
+    per_query_tile(row).split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
+    row.update().split(i, qo, qi, lanes).reorder(qi, qo, f.rj).vectorize(qi).unroll(qo);
+  }
+  per_query_tile(f.probs)
+      .reorder_storage(i, j)
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, j)
+      .vectorize(qi)
+      .unroll(qo);
+}
+
+void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {
+  const int lanes = info.f32_lanes;
+  const int n_tile = t.n_vectors * lanes;
+  const Var &e = f.e, &n = f.n, &s = f.s, &b = f.b;
+  Var sb("sb"), s1("s1"), so("so"), si("si"), no("no"), ni("ni"), vo("vo"), vi("vi"), task("task");
+
+  Func out = f.out;
+  out.split(s, sb, s1, t.row_block, TailStrategy::GuardWithIf)
+      .split(s1, so, si, t.rows)
+      .split(n, no, ni, n_tile, TailStrategy::GuardWithIf)
+      .split(ni, vo, vi, lanes)
+      .reorder(vi, vo, si, so, no, sb, b)
+      .fuse(sb, b, task)
+      .parallel(task)
+      .vectorize(vi)
+      .unroll(vo);
+
+  Func sum = f.sum;
+  sum.compute_at(out, so).bound_extent(n, n_tile).bound_extent(s, t.rows);
+  sum.split(n, vo, vi, lanes).vectorize(vi).unroll(vo).unroll(s);
+  sum.update()
+      .split(n, vo, vi, lanes)
+      .reorder(vi, vo, s, f.re)
+      .vectorize(vi)
+      .unroll(vo)
+      .unroll(s);
+
+  // Weights staged transposed, once per call, rounded up to whole n tiles.
+  f.w.compute_root()
+      .align_bounds(n, n_tile)
+      .reorder_storage(n, e)
+      .reorder(n, e)
+      .vectorize(n, lanes)
+      .parallel(e, 16);
+}
+
+}  // namespace attngen

@@ -1,0 +1,42 @@
+// Schedules for the algorithm in generator/attention_algorithm.h. The generators call only
+// schedule_attention() and schedule_linear(); which schedule a target gets is decided once, in
+// schedule.cpp: autoscheduler -> GPU -> SIMD CPU (AVX-512, AVX2, NEON) -> generic.
+#pragma once
+
+#include "Halide.h"
+#include "generator/attention_algorithm.h"
+#include "schedules/target_info.h"
+
+namespace attngen {
+
+// Tunables of the tiled CPU schedules; 0 means "derive from the target" (see resolve()).
+struct AttentionTunables {
+  int query_tile = 0;  // query rows per parallel task; a multiple of the f32 vector width
+  int key_tile = 0;    // keys per register tile of the q.k product
+  int pv_rows = 0;     // query rows per register tile of the probs.v product
+};
+
+struct LinearTunables {
+  int n_vectors = 0;  // output-feature vectors per register tile
+  int rows = 0;       // rows per register tile
+  int row_block = 0;  // rows sharing one pass over a weight panel (cache blocking)
+};
+
+AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info);
+LinearTunables resolve(LinearTunables t, const TargetInfo& info);
+
+void schedule_attention(AttentionFuncs f, const AttentionSpec& spec,
+                        const Halide::Target& target, bool autoscheduled,
+                        const AttentionTunables& tunables = {});
+
+void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autoscheduled,
+                     const LinearTunables& tunables = {});
+
+// Per-ISA implementations, chosen by the two functions above.
+void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec,
+                             const TargetInfo& info, const AttentionTunables& t);
+void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
+void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);
+void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);
+
+}  // namespace attngen

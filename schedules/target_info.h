@@ -1,0 +1,32 @@
+// What the schedules need to know about a target, in one place: vector width, register file,
+// how many accumulators a register-blocked inner loop can keep live.
+#pragma once
+
+#include "Halide.h"
+
+namespace attngen {
+
+enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kNeon, kCuda };
+
+struct TargetInfo {
+  Isa isa = Isa::kGeneric;
+  int f32_lanes = 4;          // lanes of one native f32 vector
+  int vector_registers = 16;  // architectural vector registers
+  // Vector registers a register-blocked loop may use for accumulators, leaving room for the
+  // operands it loads and broadcasts each step.
+  int accumulators = 12;
+};
+
+TargetInfo target_info(const Halide::Target& target);
+
+const char* isa_name(Isa isa);
+
+// Widest vector (in f32 lanes, at most the native width) that divides `extent` exactly, so a
+// compile-time dimension such as a head dim of 40 or 80 is covered without a tail. Falls back to
+// the native width when nothing divides (the schedule then needs a tail strategy).
+int lanes_dividing(int extent, const TargetInfo& info);
+
+// Largest power of two r <= limit with r * vectors_per_row <= accumulators (at least 1).
+int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info);
+
+}  // namespace attngen

@@ -1,0 +1,132 @@
+// Every built-in attention kernel (the list comes from the runtime's dispatch table, which
+// is generated from generated/variants.cmake) against the float64 reference.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/kernel.h"
+#include "tests/attention_tester.h"
+
+namespace attngen::test {
+namespace {
+
+std::vector<const attngen_kernel_info*> kernels_of(attngen_op op) {
+  std::vector<const attngen_kernel_info*> out;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    if (attngen_kernel_at(i)->op == op) out.push_back(attngen_kernel_at(i));
+  }
+  return out;
+}
+
+class AttentionKernel : public ::testing::TestWithParam<const attngen_kernel_info*> {
+ protected:
+  void SetUp() override {
+    if (!attngen_kernel_supported(GetParam())) {
+      GTEST_SKIP() << GetParam()->name << " needs " << GetParam()->isa
+                   << ", which this machine lacks";
+    }
+  }
+
+  // A tester set up for this kernel's compile-time configuration and the given shape.
+  AttentionTester base(int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv) const {
+    const attngen_kernel_info& k = *GetParam();
+    AttentionTester t;
+    t.batch(b).heads(hq, hkv).seq(sq, skv).head_dim(k.head_dim_qk, k.head_dim_v);
+    t.causal(k.mask == ATTNGEN_MASK_CAUSAL);
+    if (k.softcap) t.softcap(5.0f);
+    if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) t.bool_mask({b, hq, sq, skv});
+    if (k.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) t.additive_mask({b, hq, sq, skv});
+    return t;
+  }
+};
+
+struct Shape {
+  int64_t b, hq, hkv, sq, skv;
+};
+
+// Odd, prime, 1-sized, Sq != Skv in both directions, GQA and MQA ratios.
+const Shape kShapes[] = {
+    {1, 1, 1, 1, 1},    {2, 4, 2, 37, 53}, {1, 3, 3, 17, 17}, {3, 6, 1, 5, 129},
+    {1, 2, 2, 64, 64},  {2, 2, 1, 100, 31}, {1, 5, 5, 1, 300}, {1, 1, 1, 97, 97},
+    {2, 4, 4, 33, 7},   {1, 8, 2, 16, 48},
+};
+
+TEST_P(AttentionKernel, ShapeSweep) {
+  for (const Shape& s : kShapes) base(s.b, s.hq, s.hkv, s.sq, s.skv).Test(GetParam());
+}
+
+TEST_P(AttentionKernel, StridedViews) {
+  base(2, 4, 2, 37, 53).padded(3).Test(GetParam());
+  base(1, 3, 1, 20, 9).padded(1).Test(GetParam());
+  const attngen_kernel_info& k = *GetParam();
+  if (k.head_dim_qk == k.head_dim_v) {
+    base(2, 3, 3, 41, 41).fused_qkv().Test(GetParam());
+    base(1, 2, 2, 19, 19).fused_qkv().padded(2).Test(GetParam());
+  }
+}
+
+TEST_P(AttentionKernel, LargeLogits) {
+  // Logits of magnitude ~1e4: overflows without the max subtraction.
+  base(1, 2, 1, 23, 41).input_range(50.0f).scale(1.0f).Test(GetParam());
+  base(2, 2, 2, 16, 16).input_range(50.0f).scale(-1.0f).Test(GetParam());
+}
+
+TEST_P(AttentionKernel, CustomScale) { base(1, 2, 2, 13, 29).scale(0.37f).Test(GetParam()); }
+
+TEST_P(AttentionKernel, KeyPadding) {
+  // Includes a batch with no valid key (fully masked rows give 0) and one with all keys.
+  base(4, 2, 1, 11, 40).kv_len({40, 0, 17, 1}).Test(GetParam());
+  base(2, 3, 3, 40, 40).kv_len({25, 40}).Test(GetParam());
+}
+
+TEST_P(AttentionKernel, TopLeftAlignment) {
+  base(1, 2, 2, 21, 34).top_left().Test(GetParam());
+  base(2, 2, 1, 34, 21).top_left().Test(GetParam());
+  base(2, 1, 1, 9, 30).top_left().kv_len({30, 12}).Test(GetParam());
+}
+
+TEST_P(AttentionKernel, BroadcastMasks) {
+  const attngen_kernel_info& k = *GetParam();
+  if (k.mask_tensor == ATTNGEN_MASK_TENSOR_NONE) GTEST_SKIP() << "kernel takes no mask tensor";
+  const int64_t b = 2, h = 3, sq = 19, skv = 26;
+  const std::vector<std::vector<int64_t>> shapes = {
+      {sq, skv}, {b, 1, sq, skv}, {1, h, 1, skv}, {skv}, {b, h, sq, 1}, {1, 1, 1, 1}};
+  for (const auto& shape : shapes) {
+    AttentionTester t = base(b, h, h, sq, skv);
+    if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) t.bool_mask(shape, 0.6);
+    if (k.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) t.additive_mask(shape, 0.6);
+    t.Test(GetParam());
+  }
+  // Sparse enough that some rows are fully masked.
+  AttentionTester sparse = base(1, 2, 2, 30, 4);
+  if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) sparse.bool_mask({1, 2, 30, 4}, 0.3);
+  if (k.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) sparse.additive_mask({1, 2, 30, 4}, 0.3);
+  sparse.Test(GetParam());
+}
+
+TEST_P(AttentionKernel, LongSequence) { base(1, 2, 1, 130, 1031).Test(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Builtin, AttentionKernel,
+                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION)),
+                         [](const auto& info) { return std::string(info.param->name); });
+
+// The runtime picks a kernel by configuration when none is named.
+TEST(AttentionDispatch, ChoosesAFittingKernel) {
+  AttentionTester().batch(2).heads(4, 2).seq(9, 12).head_dim(64).causal().Test();
+  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->op, ATTNGEN_OP_ATTENTION);
+  EXPECT_EQ(k->mask, ATTNGEN_MASK_CAUSAL);
+  EXPECT_EQ(k->head_dim_qk, 64);
+}
+
+TEST(VariantList, EveryOpHasKernels) {
+  EXPECT_FALSE(kernels_of(ATTNGEN_OP_ATTENTION).empty());
+  EXPECT_FALSE(kernels_of(ATTNGEN_OP_LINEAR).empty());
+  EXPECT_FALSE(kernels_of(ATTNGEN_OP_MHA).empty());
+}
+
+}  // namespace
+}  // namespace attngen::test

@@ -1,0 +1,64 @@
+// A fluent tester for attention kernels, in the style of XNNPACK's testers:
+//   AttentionTester().batch(2).heads(8, 2).seq(37, 53).head_dim(80).causal().Test(kernel);
+// Test() makes fresh random inputs, poisons the output (and the gaps of strided views), runs
+// the kernel through the public C API, and checks the result against the float64 reference
+// with the contract's tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/reference.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+
+class AttentionTester {
+ public:
+  AttentionTester& batch(int64_t b) { batch_ = b; return *this; }
+  AttentionTester& heads(int64_t hq, int64_t hkv) { hq_ = hq; hkv_ = hkv; return *this; }
+  AttentionTester& seq(int64_t sq, int64_t skv) { sq_ = sq; skv_ = skv; return *this; }
+  AttentionTester& head_dim(int64_t dqk, int64_t dv = 0) { dqk_ = dqk; dv_ = dv ? dv : dqk; return *this; }
+  AttentionTester& causal(bool c = true) { causal_ = c; return *this; }
+  AttentionTester& top_left(bool t = true) { top_left_ = t; return *this; }
+  AttentionTester& scale(float s) { scale_ = s; return *this; }
+  AttentionTester& softcap(float c) { softcap_ = c; return *this; }
+  // Strided views: rows padded by `pad` floats, outer dims by one element.
+  AttentionTester& padded(int64_t pad) { pad_ = pad; return *this; }
+  // q, k and v as views into one fused [B, S, 3, H, D] buffer (needs Sq == Skv, Hq == Hkv,
+  // Dqk == Dv).
+  AttentionTester& fused_qkv(bool f = true) { fused_ = f; return *this; }
+  // Input magnitude: q and k are uniform in [-a, a].
+  AttentionTester& input_range(float a) { range_ = a; return *this; }
+  // Per-batch key padding (values in [0, Skv]).
+  AttentionTester& kv_len(std::vector<int32_t> l) { kv_len_ = std::move(l); return *this; }
+  // A random mask of this (broadcastable) shape: bool with P(attend) = density, or additive
+  // with values in [-2, 2] and -inf where a bool mask would say false.
+  AttentionTester& bool_mask(std::vector<int64_t> shape, double density = 0.7) {
+    mask_shape_ = std::move(shape); mask_bool_ = true; density_ = density; return *this;
+  }
+  AttentionTester& additive_mask(std::vector<int64_t> shape, double density = 0.8) {
+    mask_shape_ = std::move(shape); mask_bool_ = false; density_ = density; return *this;
+  }
+
+  std::string describe() const;
+
+  // Runs `kernel` (by name) and checks it; with kernel == nullptr the runtime chooses.
+  void Test(const attngen_kernel_info* kernel = nullptr) const;
+
+ private:
+  int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
+  bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
+  float scale_ = 0.0f, softcap_ = 0.0f, range_ = 1.0f;
+  double density_ = 0.7;
+  std::vector<int32_t> kv_len_;
+  std::vector<int64_t> mask_shape_;
+};
+
+}  // namespace attngen::test

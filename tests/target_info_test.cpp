@@ -1,0 +1,49 @@
+// The target helper that every schedule reads its vector width and register budget from.
+#include <gtest/gtest.h>
+
+#include "schedules/target_info.h"
+
+namespace attngen {
+namespace {
+
+TEST(TargetInfo, KnowsEachIsa) {
+  const TargetInfo avx512 =
+      target_info(Halide::Target("x86-64-linux-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake"));
+  EXPECT_EQ(avx512.isa, Isa::kAvx512);
+  EXPECT_EQ(avx512.f32_lanes, 16);
+  EXPECT_EQ(avx512.vector_registers, 32);
+  const TargetInfo avx2 = target_info(Halide::Target("x86-64-linux-sse41-avx-f16c-fma-avx2"));
+  EXPECT_EQ(avx2.isa, Isa::kAvx2);
+  EXPECT_EQ(avx2.f32_lanes, 8);
+  EXPECT_EQ(target_info(Halide::Target("x86-64-linux-sse41")).isa, Isa::kSse41);
+  const TargetInfo neon = target_info(Halide::Target("arm-64-linux"));
+  EXPECT_EQ(neon.isa, Isa::kNeon);
+  EXPECT_EQ(neon.f32_lanes, 4);
+  EXPECT_EQ(target_info(Halide::Target("x86-64-linux-cuda")).isa, Isa::kCuda);
+  EXPECT_EQ(target_info(Halide::Target("x86-32-linux")).isa, Isa::kGeneric);
+  EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
+}
+
+TEST(TargetInfo, AccumulatorsFitTheRegisterFile) {
+  for (const char* t : {"x86-64-linux-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake",
+                        "x86-64-linux-sse41-avx-f16c-fma-avx2", "arm-64-linux"}) {
+    const TargetInfo info = target_info(Halide::Target(t));
+    EXPECT_LT(info.accumulators, info.vector_registers) << t;
+  }
+}
+
+TEST(TargetInfo, LanesDivideHeadDims) {
+  const TargetInfo avx512 =
+      target_info(Halide::Target("x86-64-linux-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake"));
+  EXPECT_EQ(lanes_dividing(64, avx512), 16);
+  EXPECT_EQ(lanes_dividing(80, avx512), 16);
+  EXPECT_EQ(lanes_dividing(40, avx512), 8);
+  EXPECT_EQ(lanes_dividing(24, avx512), 8);
+  EXPECT_EQ(lanes_dividing(7, avx512), 16);  // nothing divides: native width, with a tail
+  EXPECT_EQ(rows_for_accumulators(4, 32, avx512), 4);  // 4 rows x 4 vectors = 16 <= 24
+  EXPECT_EQ(rows_for_accumulators(8, 32, avx512), 2);
+  EXPECT_EQ(rows_for_accumulators(1, 4, avx512), 4);   // capped by the limit
+}
+
+}  // namespace
+}  // namespace attngen

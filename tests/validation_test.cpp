@@ -1,0 +1,309 @@
+// Every validation path: bad input returns the named status and a message naming the
+// argument, writes nothing to the output, and aborts nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "HalideRuntime.h"
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+namespace {
+
+class AttentionValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(fresh_seed());
+    q.init({2, 5, 4, 64}, 0);
+    k.init({2, 7, 2, 64}, 0);
+    v.init({2, 7, 2, 64}, 0);
+    out.init({2, 5, 4, 64}, 0);
+    q.fill_random(rng, -1, 1);
+    k.fill_random(rng, -1, 1);
+    v.fill_random(rng, -1, 1);
+    opt = attngen_attention_options_default();
+  }
+
+  attngen_status call() { return attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt); }
+
+  // The call fails with `status`, its message mentions `needle`, and out is untouched.
+  void expect_error(attngen_status status, const std::string& needle) {
+    const attngen_status got = call();
+    EXPECT_EQ(got, status) << attngen_status_name(got) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
+    for (float f : out.buf) ASSERT_TRUE(is_poison(f)) << "output written on error";
+  }
+
+  Storage q, k, v, out;
+  attngen_attention_options opt;
+};
+
+TEST_F(AttentionValidation, ValidCallSucceeds) {
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_STREQ(attngen_last_error(), "");
+  EXPECT_STRNE(attngen_last_kernel(), "");
+}
+
+TEST_F(AttentionValidation, NullPointers) {
+  EXPECT_EQ(attngen_attention(nullptr, &k.t, &v.t, &out.t, &opt), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(attngen_last_error()).find("q is NULL"), std::string::npos);
+  EXPECT_EQ(attngen_attention(&q.t, &k.t, &v.t, nullptr, &opt), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(attngen_last_error()).find("out is NULL"), std::string::npos);
+  v.t.data = nullptr;
+  expect_error(ATTNGEN_ERROR_NULL_POINTER, "v.data");
+}
+
+TEST_F(AttentionValidation, Dtype) {
+  k.t.dtype = ATTNGEN_F16;
+  expect_error(ATTNGEN_ERROR_DTYPE, "k has dtype F16, expected F32");
+}
+
+TEST_F(AttentionValidation, Rank) {
+  q.t.rank = 3;
+  expect_error(ATTNGEN_ERROR_RANK, "q has rank 3");
+}
+
+TEST_F(AttentionValidation, ShapeMismatches) {
+  const struct {
+    attngen_tensor* t;
+    int dim;
+    const char* needle;
+  } cases[] = {{&k.t, 0, "k.shape[0] (B)"},   {&k.t, 3, "k.shape[3] (Dqk)"},
+               {&v.t, 1, "v.shape[1] (Skv)"}, {&v.t, 2, "v.shape[2] (Hkv)"},
+               {&out.t, 1, "out.shape[1] (Sq)"}, {&out.t, 2, "out.shape[2] (Hq)"},
+               {&out.t, 3, "out.shape[3] (Dv)"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.needle);
+    const int64_t saved = c.t->shape[c.dim];
+    c.t->shape[c.dim] = saved - 1;  // stays within the allocation
+    expect_error(ATTNGEN_ERROR_SHAPE, c.needle);
+    c.t->shape[c.dim] = saved;
+  }
+}
+
+TEST_F(AttentionValidation, HeadsNotAMultiple) {
+  k.t.shape[2] = v.t.shape[2] = 3;  // 4 query heads over 3 kv heads
+  expect_error(ATTNGEN_ERROR_HEADS, "multiple of Hkv");
+}
+
+TEST_F(AttentionValidation, EmptyAndNegativeSizes) {
+  q.t.shape[1] = 0;
+  expect_error(ATTNGEN_ERROR_EMPTY, "q.shape[1] (Sq) is 0");
+  q.t.shape[1] = -5;
+  expect_error(ATTNGEN_ERROR_SHAPE, "negative");
+}
+
+TEST_F(AttentionValidation, TooLarge) {
+  const int64_t saved = k.t.strides[0];
+  k.t.strides[0] = int64_t{1} << 33;
+  expect_error(ATTNGEN_ERROR_TOO_LARGE, "k.strides[0]");
+  k.t.strides[0] = int64_t{1} << 30;  // fits a stride, but k would span 2^32 bytes
+  expect_error(ATTNGEN_ERROR_TOO_LARGE, "k spans");
+  k.t.strides[0] = saved;
+  q.t.shape[0] = int64_t{1} << 31;
+  expect_error(ATTNGEN_ERROR_TOO_LARGE, "q.shape[0]");
+}
+
+TEST_F(AttentionValidation, Strides) {
+  q.t.strides[3] = 2;
+  expect_error(ATTNGEN_ERROR_STRIDE, "innermost");
+  q.t.strides[3] = 1;
+  k.t.strides[1] = -64;
+  expect_error(ATTNGEN_ERROR_STRIDE, "negative");
+  k.t.strides[1] = 128;
+  out.t.strides[2] = 0;  // every head would write the same elements
+  expect_error(ATTNGEN_ERROR_STRIDE, "overlap");
+}
+
+TEST_F(AttentionValidation, OutputAliasesInput) {
+  attngen_tensor alias = out.t;
+  alias.data = q.buf.data();
+  EXPECT_EQ(attngen_attention(&q.t, &k.t, &v.t, &alias, &opt), ATTNGEN_ERROR_ALIAS);
+  EXPECT_NE(std::string(attngen_last_error()).find("out overlaps q"), std::string::npos);
+}
+
+TEST_F(AttentionValidation, Scalars) {
+  opt.scale = std::numeric_limits<float>::quiet_NaN();
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale");
+  opt.scale = 0.0f;
+  opt.softcap = -1.0f;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap");
+  opt.softcap = 0.0f;
+  opt.mask = static_cast<attngen_mask_kind>(7);
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "mask is 7");
+  opt.mask = ATTNGEN_MASK_NONE;
+  opt.alignment = static_cast<attngen_alignment>(9);
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "alignment is 9");
+}
+
+TEST_F(AttentionValidation, KvLen) {
+  std::vector<int32_t> lens = {7, 8};  // 8 > Skv
+  int64_t n = 2;
+  attngen_tensor t = attngen_tensor_contiguous(lens.data(), ATTNGEN_I32, 1, &n);
+  opt.kv_len = &t;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "kv_len[1] is 8");
+  lens[1] = -1;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "kv_len[1] is -1");
+  lens[1] = 3;
+  n = 1;
+  t = attngen_tensor_contiguous(lens.data(), ATTNGEN_I32, 1, &n);
+  expect_error(ATTNGEN_ERROR_SHAPE, "kv_len.shape[0] (B)");
+  n = 2;
+  t = attngen_tensor_contiguous(lens.data(), ATTNGEN_F32, 1, &n);
+  expect_error(ATTNGEN_ERROR_DTYPE, "kv_len has dtype F32");
+}
+
+TEST_F(AttentionValidation, MaskTensor) {
+  std::vector<uint8_t> bytes(2 * 4 * 5 * 7, 1);
+  std::vector<int32_t> ints(bytes.size(), 1);
+  const int64_t wrong[] = {2, 4, 3, 7};  // Sq is 5
+  attngen_tensor m = attngen_tensor_contiguous(bytes.data(), ATTNGEN_BOOL, 4, wrong);
+  opt.mask_tensor = &m;
+  expect_error(ATTNGEN_ERROR_MASK, "mask_tensor.shape[2] is 3, expected 5 (Sq) or 1");
+  const int64_t good[] = {2, 4, 5, 7};
+  m = attngen_tensor_contiguous(ints.data(), ATTNGEN_I32, 4, good);
+  expect_error(ATTNGEN_ERROR_MASK, "mask_tensor has dtype I32");
+  const int64_t rank5[] = {1, 2, 4, 5, 7};
+  m = attngen_tensor_contiguous(bytes.data(), ATTNGEN_BOOL, 5, rank5);
+  expect_error(ATTNGEN_ERROR_MASK, "rank 5");
+}
+
+TEST_F(AttentionValidation, NoKernelForConfiguration) {
+  q.t.shape[3] = k.t.shape[3] = 7;  // no head dim 7 kernel is generated
+  expect_error(ATTNGEN_ERROR_NO_KERNEL, "head dim 7");
+}
+
+TEST_F(AttentionValidation, NamedKernel) {
+  opt.kernel = "no_such_kernel";
+  expect_error(ATTNGEN_ERROR_NO_KERNEL, "no kernel named 'no_such_kernel'");
+  // A kernel that exists but was generated for another configuration.
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_ATTENTION && k->mask == ATTNGEN_MASK_CAUSAL) {
+      opt.kernel = k->name;
+      expect_error(ATTNGEN_ERROR_NO_KERNEL, "does not fit");
+      return;
+    }
+  }
+  ADD_FAILURE() << "no causal attention kernel in the variant list";
+}
+
+// Kernels registered at run time, to reach the paths no built-in kernel takes.
+int g_fake_runs = 0;
+int fake_run(void*, const attngen_kernel_args*) { return ++g_fake_runs, 0; }
+int failing_run(void* uc, const attngen_kernel_args*) {
+  halide_error(uc, "simulated failure inside the kernel\n");
+  return -1;
+}
+
+TEST_F(AttentionValidation, UnsupportedTarget) {
+#if defined(__aarch64__)
+  const char* foreign = "avx512";
+#else
+  const char* foreign = "neon";
+#endif
+  static attngen_kernel_info info{"test_foreign_isa", ATTNGEN_OP_ATTENTION, foreign, "other",
+                                  64, 64, ATTNGEN_MASK_NONE, ATTNGEN_MASK_TENSOR_NONE, 0,
+                                  fake_run};
+  if (attngen_find_kernel(info.name) == nullptr) {
+    ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
+  }
+  opt.kernel = info.name;
+  expect_error(ATTNGEN_ERROR_UNSUPPORTED_TARGET, "lacks");
+  EXPECT_EQ(g_fake_runs, 0) << "an unsupported kernel must never run";
+  // Registering the same name twice is refused.
+  EXPECT_EQ(attngen_register_kernel(&info), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_register_kernel(nullptr), ATTNGEN_ERROR_NULL_POINTER);
+}
+
+TEST_F(AttentionValidation, KernelFailureIsCapturedNotPrinted) {
+  static attngen_kernel_info info{"test_failing_kernel", ATTNGEN_OP_ATTENTION, "generic", "any",
+                                  64, 64, ATTNGEN_MASK_NONE, ATTNGEN_MASK_TENSOR_NONE, 0,
+                                  failing_run};
+  if (attngen_find_kernel(info.name) == nullptr) {
+    ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
+  }
+  opt.kernel = info.name;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(call(), ATTNGEN_ERROR_KERNEL);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_NE(std::string(attngen_last_error()).find("simulated failure"), std::string::npos)
+      << attngen_last_error();
+}
+
+TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
+  // A descriptor that lies about its head dim: validation passes, and the generated kernel's
+  // own checks reject the buffers. The runtime must report, not print or abort.
+  const attngen_kernel_info* real = nullptr;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
+        k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE &&
+        !k->softcap && attngen_kernel_supported(k)) {
+      real = k;
+    }
+  }
+  ASSERT_NE(real, nullptr);
+  static attngen_kernel_info liar;
+  liar = *real;
+  liar.name = "test_lying_kernel";
+  liar.head_dim_qk = liar.head_dim_v = 32;
+  if (attngen_find_kernel(liar.name) == nullptr) {
+    ASSERT_EQ(attngen_register_kernel(&liar), ATTNGEN_OK);
+  }
+  q.t.shape[3] = k.t.shape[3] = v.t.shape[3] = out.t.shape[3] = 32;
+  opt.kernel = liar.name;
+  testing::internal::CaptureStderr();
+  expect_error(ATTNGEN_ERROR_KERNEL, "test_lying_kernel");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+TEST(LinearValidation, Shapes) {
+  Storage x({1, 3, 8}, 0), w({5, 9}, 0), y({1, 3, 5}, 0);
+  EXPECT_EQ(attngen_linear(&x.t, &w.t, nullptr, &y.t), ATTNGEN_ERROR_SHAPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("w.shape[1] (E)"), std::string::npos);
+  for (float f : y.buf) EXPECT_TRUE(is_poison(f));
+  Storage bias({4}, 0), w2({5, 8}, 0);
+  EXPECT_EQ(attngen_linear(&x.t, &w2.t, &bias.t, &y.t), ATTNGEN_ERROR_SHAPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("bias.shape[0] (N)"), std::string::npos);
+  EXPECT_EQ(attngen_linear(&x.t, nullptr, nullptr, &y.t), ATTNGEN_ERROR_NULL_POINTER);
+}
+
+TEST(MhaValidation, HeadsAndWeights) {
+  Storage x({1, 4, 128}, 0), in_w({384, 128}, 0), out_w({128, 128}, 0), y({1, 4, 128}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  x.fill_random(rng, -1, 1);
+  attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
+  attngen_mha_options opt{};
+  opt.num_heads = 3;  // 128 % 3 != 0
+  EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_HEADS);
+  EXPECT_NE(std::string(attngen_last_error()).find("num_heads is 3"), std::string::npos);
+  opt.num_heads = 4;  // head dim 32: no kernel generated
+  EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_NO_KERNEL);
+  opt.num_heads = 2;
+  Storage bad_w({383, 128}, 0);
+  w.in_proj_weight = &bad_w.t;
+  EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_SHAPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("in_proj_weight.shape[0] (3E)"),
+            std::string::npos);
+  EXPECT_EQ(attngen_mha(&x.t, nullptr, &y.t, &opt), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  for (float f : y.buf) EXPECT_TRUE(is_poison(f));
+}
+
+TEST(Api, StatusNamesAndThreads) {
+  EXPECT_STREQ(attngen_status_name(ATTNGEN_ERROR_SHAPE), "ATTNGEN_ERROR_SHAPE");
+  EXPECT_STREQ(attngen_status_name(static_cast<attngen_status>(999)), "ATTNGEN_ERROR_UNKNOWN");
+  EXPECT_EQ(attngen_set_num_threads(-1), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_set_num_threads(0), ATTNGEN_OK);
+}
+
+}  // namespace
+}  // namespace attngen::test
