@@ -118,7 +118,7 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
       .reorder_storage(n, e)
       .reorder(n, e)
       .vectorize(n, lanes)
-      .parallel(e, 16);
+      .parallel(e, 16, TailStrategy::GuardWithIf);
 }
 
 }  // namespace attngen

@@ -14,7 +14,7 @@ std::string AttentionTester::describe() const {
   if (!kv_len_.empty()) s << " kv_len";
   if (!mask_shape_.empty()) s << (mask_bool_ ? " bool-mask" : " additive-mask") << "(rank " << mask_shape_.size() << ")";
   if (softcap_ > 0) s << " softcap " << softcap_;
-  if (range_ != 1.0f) s << " range " << range_;
+  if (integer_) s << " integers " << integer_;
   return s.str();
 }
 
@@ -29,7 +29,7 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   if (fused_) {
     ASSERT_TRUE(sq_ == skv_ && hq_ == hkv_ && dqk_ == dv_) << "fused_qkv needs equal shapes";
     fused.init({batch_, sq_, 3, hq_, dqk_}, pad_);
-    fused.fill_random(rng, -range_, range_);
+    fused.fill_random(rng, -1.0f, 1.0f);
     const attngen_tensor& f = fused.t;
     for (attngen_tensor* t : {&tq, &tk, &tv}) {
       const int part = t == &tq ? 0 : t == &tk ? 1 : 2;
@@ -47,9 +47,17 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
     q.init({batch_, sq_, hq_, dqk_}, pad_);
     k.init({batch_, skv_, hkv_, dqk_}, pad_);
     v.init({batch_, skv_, hkv_, dv_}, pad_);
-    q.fill_random(rng, -range_, range_);
-    k.fill_random(rng, -range_, range_);
+    q.fill_random(rng, -1.0f, 1.0f);
+    k.fill_random(rng, -1.0f, 1.0f);
     v.fill_random(rng, -1.0f, 1.0f);
+    if (integer_) {
+      std::uniform_int_distribution<int> n(-integer_, integer_);
+      for (Storage* s : {&q, &k}) {
+        s->for_each([&](const std::vector<int64_t>&, int64_t off) {
+          s->buf[static_cast<size_t>(off)] = static_cast<float>(n(rng));
+        });
+      }
+    }
     tq = q.t;
     tk = k.t;
     tv = v.t;
@@ -104,7 +112,10 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
       t_mask.data = mask_bytes.data();
     } else {
       mask_floats.resize(static_cast<size_t>(n));
-      for (auto& m : mask_floats) m = keep(rng) ? val(rng) : -std::numeric_limits<float>::infinity();
+      for (auto& m : mask_floats) {
+        const float x = integer_ ? std::round(4.0f * val(rng)) : val(rng);
+        m = keep(rng) ? x : -std::numeric_limits<float>::infinity();
+      }
       t_mask.data = mask_floats.data();
     }
     opt.mask_tensor = &t_mask;

@@ -34,8 +34,10 @@ class AttentionTester {
   // q, k and v as views into one fused [B, S, 3, H, D] buffer (needs Sq == Skv, Hq == Hkv,
   // Dqk == Dv).
   AttentionTester& fused_qkv(bool f = true) { fused_ = f; return *this; }
-  // Input magnitude: q and k are uniform in [-a, a].
-  AttentionTester& input_range(float a) { range_ = a; return *this; }
+  // q and k hold integers in [-n, n] (and additive masks integers in [-8, 8]), so with a
+  // power-of-two scale every score is exact in float32: large logits test the softmax, not
+  // float32 rounding of the dot product.
+  AttentionTester& integer_inputs(int n) { integer_ = n; return *this; }
   // Per-batch key padding (values in [0, Skv]).
   AttentionTester& kv_len(std::vector<int32_t> l) { kv_len_ = std::move(l); return *this; }
   // A random mask of this (broadcastable) shape: bool with P(attend) = density, or additive
@@ -55,7 +57,8 @@ class AttentionTester {
  private:
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
-  float scale_ = 0.0f, softcap_ = 0.0f, range_ = 1.0f;
+  float scale_ = 0.0f, softcap_ = 0.0f;
+  int integer_ = 0;
   double density_ = 0.7;
   std::vector<int32_t> kv_len_;
   std::vector<int64_t> mask_shape_;

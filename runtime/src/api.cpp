@@ -409,6 +409,8 @@ const char* attngen_status_name(attngen_status status) {
     ATTNGEN_NAME(ATTNGEN_ERROR_UNSUPPORTED_TARGET)
     ATTNGEN_NAME(ATTNGEN_ERROR_KERNEL)
 #undef ATTNGEN_NAME
+    case ATTNGEN_STATUS_FORCE_32BIT:
+      break;
   }
   return "ATTNGEN_ERROR_UNKNOWN";
 }

@@ -39,6 +39,8 @@ const char* dtype_name(attngen_dtype dtype) {
       return "BOOL";
     case ATTNGEN_I32:
       return "I32";
+    case ATTNGEN_DTYPE_FORCE_32BIT:
+      break;
   }
   return "unknown dtype";
 }
@@ -53,6 +55,8 @@ size_t dtype_size(attngen_dtype dtype) {
       return 2;
     case ATTNGEN_BOOL:
       return 1;
+    case ATTNGEN_DTYPE_FORCE_32BIT:
+      break;
   }
   return 0;
 }
@@ -178,6 +182,7 @@ void make_view(HalideView& view, const attngen_tensor& t) {
       b.type = halide_type_t(halide_type_uint, 8);
       break;
     case ATTNGEN_I32:
+    case ATTNGEN_DTYPE_FORCE_32BIT:  // rejected by check_tensor before any view is made
       b.type = halide_type_t(halide_type_int, 32);
       break;
   }

@@ -33,7 +33,9 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_INVALID_ARGUMENT,   /* a bad scalar option (scale, softcap, kv_len values, enum) */
   ATTNGEN_ERROR_NO_KERNEL,          /* no kernel was generated for this configuration */
   ATTNGEN_ERROR_UNSUPPORTED_TARGET, /* the kernel needs an ISA this machine lacks */
-  ATTNGEN_ERROR_KERNEL              /* the kernel itself failed (e.g. out of memory) */
+  ATTNGEN_ERROR_KERNEL,             /* the kernel itself failed (e.g. out of memory) */
+  /* Enums are int-sized; values from C callers are checked, never trusted. */
+  ATTNGEN_STATUS_FORCE_32BIT = 0x7fffffff
 } attngen_status;
 
 typedef enum attngen_dtype {
@@ -41,7 +43,8 @@ typedef enum attngen_dtype {
   ATTNGEN_F16 = 1,
   ATTNGEN_BF16 = 2,
   ATTNGEN_BOOL = 3, /* one byte per element, 0 = false */
-  ATTNGEN_I32 = 4
+  ATTNGEN_I32 = 4,
+  ATTNGEN_DTYPE_FORCE_32BIT = 0x7fffffff
 } attngen_dtype;
 
 #define ATTNGEN_MAX_RANK 5
@@ -58,12 +61,17 @@ typedef struct attngen_tensor {
 attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_t rank,
                                          const int64_t* shape);
 
-typedef enum attngen_mask_kind { ATTNGEN_MASK_NONE = 0, ATTNGEN_MASK_CAUSAL = 1 } attngen_mask_kind;
+typedef enum attngen_mask_kind {
+  ATTNGEN_MASK_NONE = 0,
+  ATTNGEN_MASK_CAUSAL = 1,
+  ATTNGEN_MASK_KIND_FORCE_32BIT = 0x7fffffff
+} attngen_mask_kind;
 
 /* Where query i sits among the keys (docs/semantics.md, "Masks"). */
 typedef enum attngen_alignment {
   ATTNGEN_ALIGN_BOTTOM_RIGHT = 0, /* offset Skv - Sq (kv_len[b] - Sq with key padding) */
-  ATTNGEN_ALIGN_TOP_LEFT = 1      /* offset 0: PyTorch SDPA is_causal=True */
+  ATTNGEN_ALIGN_TOP_LEFT = 1,     /* offset 0: PyTorch SDPA is_causal=True */
+  ATTNGEN_ALIGN_FORCE_32BIT = 0x7fffffff
 } attngen_alignment;
 
 typedef struct attngen_attention_options {
