@@ -25,9 +25,8 @@ std::vector<float> random_vector(size_t n, uint64_t seed) {
 }
 
 void set_gflops(benchmark::State& state, double flops) {
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 struct Shape {
@@ -109,7 +108,10 @@ void sgemm(benchmark::State& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::RegisterBenchmark("openblas_sgemm", sgemm)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("openblas_sgemm", sgemm)
+      ->Arg(2048)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!attngen_kernel_supported(k)) continue;

@@ -87,8 +87,8 @@ int main() {
     return 1;
   }
   std::printf("attngen demo\n");
-  std::printf("  MHA layer B%lld S%lld E%lld H%lld causal, kernel %s\n", (long long)B,
-              (long long)S, (long long)E, (long long)H, attngen_last_kernel());
+  std::printf("  MHA layer B%lld S%lld E%lld H%lld causal, kernel %s\n", (long long)B, (long long)S,
+              (long long)E, (long long)H, attngen_last_kernel());
   const std::vector<double> dx(x.begin(), x.end()), diw(in_w.begin(), in_w.end()),
       dib(in_b.begin(), in_b.end()), dow(out_w.begin(), out_w.end()),
       dob(out_b.begin(), out_b.end());

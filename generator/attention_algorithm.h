@@ -34,14 +34,14 @@ struct AttentionInputs {
 struct AttentionFuncs {
   Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"};
   Halide::RDom rd, rj;
-  Halide::Func q;          // q with the query index clamped: schedules may round tiles up.
-  Halide::Func dot;        // (j, i, h, b) raw q.k
-  Halide::Func scores;     // (j, i, h, b) scaled, capped, masked (-inf where not attended)
-  Halide::Func row_max;    // (i, h, b)
-  Halide::Func probs;      // (j, i, h, b) unnormalised exp(scores - row_max), 0 where masked
-  Halide::Func row_sum;    // (i, h, b)
-  Halide::Func acc;        // (d, i, h, b) sum_j probs * v
-  Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
+  Halide::Func q;        // q with the query index clamped: schedules may round tiles up.
+  Halide::Func dot;      // (j, i, h, b) raw q.k
+  Halide::Func scores;   // (j, i, h, b) scaled, capped, masked (-inf where not attended)
+  Halide::Func row_max;  // (i, h, b)
+  Halide::Func probs;    // (j, i, h, b) unnormalised exp(scores - row_max), 0 where masked
+  Halide::Func row_sum;  // (i, h, b)
+  Halide::Func acc;      // (d, i, h, b) sum_j probs * v
+  Halide::Func out;      // (d, h, i, b) normalised output, 0 for fully masked rows
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);

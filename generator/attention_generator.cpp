@@ -23,15 +23,15 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> key_tile{"key_tile", 0};
   GeneratorParam<int> pv_rows{"pv_rows", 0};
 
-  Input<Buffer<float, 4>> q{"q"};                // (d, h, s, b)
-  Input<Buffer<float, 4>> k{"k"};                // (d, hkv, s, b)
-  Input<Buffer<float, 4>> v{"v"};                // (dv, hkv, s, b)
-  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};    // (b): valid keys per batch, <= Skv
-  Input<float> scale{"scale"};                   // usually 1/sqrt(Dqk)
-  Input<float> softcap_value{"softcap_value"};   // c > 0; read only by softcap kernels
-  Input<bool> bottom_right{"bottom_right"};      // alignment of queries to keys
-  Input<Buffer<>>* mask = nullptr;               // (j, i, h, b), only with a mask tensor
-  Output<Buffer<float, 4>> out{"out"};           // (dv, h, s, b)
+  Input<Buffer<float, 4>> q{"q"};               // (d, h, s, b)
+  Input<Buffer<float, 4>> k{"k"};               // (d, hkv, s, b)
+  Input<Buffer<float, 4>> v{"v"};               // (dv, hkv, s, b)
+  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};   // (b): valid keys per batch, <= Skv
+  Input<float> scale{"scale"};                  // usually 1/sqrt(Dqk)
+  Input<float> softcap_value{"softcap_value"};  // c > 0; read only by softcap kernels
+  Input<bool> bottom_right{"bottom_right"};     // alignment of queries to keys
+  Input<Buffer<>>* mask = nullptr;              // (j, i, h, b), only with a mask tensor
+  Output<Buffer<float, 4>> out{"out"};          // (dv, h, s, b)
 
   void configure() {
     if (mask_tensor != MaskTensor::kNone) {

@@ -15,10 +15,10 @@ class Linear : public Generator<Linear> {
   GeneratorParam<int> rows{"rows", 0};
   GeneratorParam<int> row_block{"row_block", 0};
 
-  Input<Buffer<float, 3>> x{"x"};     // (e, s, b)
-  Input<Buffer<float, 2>> w{"w"};     // (e, n)
+  Input<Buffer<float, 3>> x{"x"};        // (e, s, b)
+  Input<Buffer<float, 2>> w{"w"};        // (e, n)
   Input<Buffer<float, 1>> bias{"bias"};  // (n)
-  Output<Buffer<float, 3>> y{"y"};    // (n, s, b)
+  Output<Buffer<float, 3>> y{"y"};       // (n, s, b)
 
   void generate() {
     attngen::LinearShape shape{x.dim(0).extent(), w.dim(1).extent(), x.dim(1).extent()};

@@ -20,14 +20,14 @@ class Mha : public Generator<Mha> {
   GeneratorParam<int> head_dim{"head_dim", 64, 1, 4096};
   GeneratorParam<MaskKind> mask_kind{"mask", MaskKind::kNone, attngen::kMaskKindNames};
 
-  Input<Buffer<float, 3>> x{"x"};             // (e, s, b)
-  Input<Buffer<float, 2>> in_w{"in_w"};       // (e, 3E)
-  Input<Buffer<float, 1>> in_b{"in_b"};       // (3E)
-  Input<Buffer<float, 2>> out_w{"out_w"};     // (E, E)
-  Input<Buffer<float, 1>> out_b{"out_b"};     // (E)
+  Input<Buffer<float, 3>> x{"x"};              // (e, s, b)
+  Input<Buffer<float, 2>> in_w{"in_w"};        // (e, 3E)
+  Input<Buffer<float, 1>> in_b{"in_b"};        // (3E)
+  Input<Buffer<float, 2>> out_w{"out_w"};      // (E, E)
+  Input<Buffer<float, 1>> out_b{"out_b"};      // (E)
   Input<Buffer<int32_t, 1>> kv_len{"kv_len"};  // (b): key padding, <= S
   Input<bool> bottom_right{"bottom_right"};
-  Output<Buffer<float, 3>> y{"y"};            // (e, s, b)
+  Output<Buffer<float, 3>> y{"y"};  // (e, s, b)
 
   void generate() {
     const int dh = head_dim;

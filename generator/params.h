@@ -11,7 +11,7 @@
 namespace attngen {
 
 inline const std::map<std::string, MaskKind> kMaskKindNames = {{"none", MaskKind::kNone},
-                                                                {"causal", MaskKind::kCausal}};
+                                                               {"causal", MaskKind::kCausal}};
 
 inline const std::map<std::string, MaskTensor> kMaskTensorNames = {
     {"none", MaskTensor::kNone}, {"bool", MaskTensor::kBool}, {"additive", MaskTensor::kAdditive}};

@@ -14,8 +14,8 @@ namespace attngen {
 
 using namespace Halide;
 
-void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec,
-                             const TargetInfo& info, const AttentionTunables& t) {
+void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                             const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail =
@@ -105,12 +105,7 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   Func sum = f.sum;
   sum.compute_at(out, so).bound_extent(n, n_tile).bound_extent(s, t.rows);
   sum.split(n, vo, vi, lanes).vectorize(vi).unroll(vo).unroll(s);
-  sum.update()
-      .split(n, vo, vi, lanes)
-      .reorder(vi, vo, s, f.re)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(s);
+  sum.update().split(n, vo, vi, lanes).reorder(vi, vo, s, f.re).vectorize(vi).unroll(vo).unroll(s);
 
   // Weights staged transposed, once per call, rounded up to whole n tiles.
   f.w.compute_root()

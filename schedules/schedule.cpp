@@ -25,9 +25,8 @@ LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   return t;
 }
 
-void schedule_attention(AttentionFuncs f, const AttentionSpec& spec,
-                        const Halide::Target& target, bool autoscheduled,
-                        const AttentionTunables& tunables) {
+void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
+                        bool autoscheduled, const AttentionTunables& tunables) {
   if (autoscheduled) return;  // the generator's estimates drive the autoscheduler
   const TargetInfo info = target_info(target);
   switch (info.isa) {

@@ -25,16 +25,15 @@ struct LinearTunables {
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info);
 LinearTunables resolve(LinearTunables t, const TargetInfo& info);
 
-void schedule_attention(AttentionFuncs f, const AttentionSpec& spec,
-                        const Halide::Target& target, bool autoscheduled,
-                        const AttentionTunables& tunables = {});
+void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
+                        bool autoscheduled, const AttentionTunables& tunables = {});
 
 void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autoscheduled,
                      const LinearTunables& tunables = {});
 
 // Per-ISA implementations, chosen by the two functions above.
-void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec,
-                             const TargetInfo& info, const AttentionTunables& t);
+void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                             const AttentionTunables& t);
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
 void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);

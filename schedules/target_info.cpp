@@ -10,9 +10,9 @@ TargetInfo target_info(const Halide::Target& t) {
     info.f32_lanes = 1;
     info.vector_registers = 255;
     info.accumulators = 64;
-  } else if (t.arch == T::X86 && (t.has_feature(T::AVX512_Skylake) ||
-                                  t.has_feature(T::AVX512_Cannonlake) ||
-                                  t.has_feature(T::AVX512_SapphireRapids))) {
+  } else if (t.arch == T::X86 &&
+             (t.has_feature(T::AVX512_Skylake) || t.has_feature(T::AVX512_Cannonlake) ||
+              t.has_feature(T::AVX512_SapphireRapids))) {
     info.isa = Isa::kAvx512;
     info.f32_lanes = 16;
     info.vector_registers = 32;

@@ -55,9 +55,8 @@ struct Shape {
 
 // Odd, prime, 1-sized, Sq != Skv in both directions, GQA and MQA ratios.
 const Shape kShapes[] = {
-    {1, 1, 1, 1, 1},    {2, 4, 2, 37, 53}, {1, 3, 3, 17, 17}, {3, 6, 1, 5, 129},
-    {1, 2, 2, 64, 64},  {2, 2, 1, 100, 31}, {1, 5, 5, 1, 300}, {1, 1, 1, 97, 97},
-    {2, 4, 4, 33, 7},   {1, 8, 2, 16, 48},
+    {1, 1, 1, 1, 1},    {2, 4, 2, 37, 53}, {1, 3, 3, 17, 17}, {3, 6, 1, 5, 129}, {1, 2, 2, 64, 64},
+    {2, 2, 1, 100, 31}, {1, 5, 5, 1, 300}, {1, 1, 1, 97, 97}, {2, 4, 4, 33, 7},  {1, 8, 2, 16, 48},
 };
 
 TEST_P(AttentionKernel, ShapeSweep) {
@@ -100,8 +99,8 @@ class MaskedAttentionKernel : public AttentionKernel {};
 TEST_P(MaskedAttentionKernel, BroadcastMasks) {
   const attngen_kernel_info& k = *GetParam();
   const int64_t b = 2, h = 3, sq = 19, skv = 26;
-  const std::vector<std::vector<int64_t>> shapes = {
-      {sq, skv}, {b, 1, sq, skv}, {1, h, 1, skv}, {skv}, {b, h, sq, 1}, {1, 1, 1, 1}};
+  const std::vector<std::vector<int64_t>> shapes = {{sq, skv}, {b, 1, sq, skv}, {1, h, 1, skv},
+                                                    {skv},     {b, h, sq, 1},   {1, 1, 1, 1}};
   for (const auto& shape : shapes) {
     AttentionTester t = base(b, h, h, sq, skv);
     if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) t.bool_mask(shape, 0.6);
@@ -120,8 +119,7 @@ TEST_P(AttentionKernel, LongSequence) { base(1, 2, 1, 130, 1031).Test(GetParam()
 INSTANTIATE_TEST_SUITE_P(Builtin, AttentionKernel,
                          ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION)), kernel_name);
 INSTANTIATE_TEST_SUITE_P(Builtin, MaskedAttentionKernel,
-                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION, true)),
-                         kernel_name);
+                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION, true)), kernel_name);
 
 // The runtime picks a kernel by configuration when none is named.
 TEST(AttentionDispatch, ChoosesAFittingKernel) {

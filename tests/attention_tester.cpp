@@ -12,7 +12,8 @@ std::string AttentionTester::describe() const {
     << "/" << dv_ << (causal_ ? " causal" : "") << (top_left_ ? " top-left" : "")
     << (pad_ ? " padded" : "") << (fused_ ? " fused-qkv" : "");
   if (!kv_len_.empty()) s << " kv_len";
-  if (!mask_shape_.empty()) s << (mask_bool_ ? " bool-mask" : " additive-mask") << "(rank " << mask_shape_.size() << ")";
+  if (!mask_shape_.empty())
+    s << (mask_bool_ ? " bool-mask" : " additive-mask") << "(rank " << mask_shape_.size() << ")";
   if (softcap_ > 0) s << " softcap " << softcap_;
   if (integer_) s << " integers " << integer_;
   return s.str();
@@ -131,10 +132,14 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
     };
     if (mask_bool_) {
       const uint8_t* m = mask_bytes.data();
-      ref.keep = [m, index](int64_t b, int64_t h, int64_t i, int64_t j) { return m[index(b, h, i, j)] != 0; };
+      ref.keep = [m, index](int64_t b, int64_t h, int64_t i, int64_t j) {
+        return m[index(b, h, i, j)] != 0;
+      };
     } else {
       const float* m = mask_floats.data();
-      ref.add = [m, index](int64_t b, int64_t h, int64_t i, int64_t j) { return static_cast<double>(m[index(b, h, i, j)]); };
+      ref.add = [m, index](int64_t b, int64_t h, int64_t i, int64_t j) {
+        return static_cast<double>(m[index(b, h, i, j)]);
+      };
     }
   }
 

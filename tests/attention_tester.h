@@ -21,32 +21,77 @@ namespace attngen::test {
 
 class AttentionTester {
  public:
-  AttentionTester& batch(int64_t b) { batch_ = b; return *this; }
-  AttentionTester& heads(int64_t hq, int64_t hkv) { hq_ = hq; hkv_ = hkv; return *this; }
-  AttentionTester& seq(int64_t sq, int64_t skv) { sq_ = sq; skv_ = skv; return *this; }
-  AttentionTester& head_dim(int64_t dqk, int64_t dv = 0) { dqk_ = dqk; dv_ = dv ? dv : dqk; return *this; }
-  AttentionTester& causal(bool c = true) { causal_ = c; return *this; }
-  AttentionTester& top_left(bool t = true) { top_left_ = t; return *this; }
-  AttentionTester& scale(float s) { scale_ = s; return *this; }
-  AttentionTester& softcap(float c) { softcap_ = c; return *this; }
+  AttentionTester& batch(int64_t b) {
+    batch_ = b;
+    return *this;
+  }
+  AttentionTester& heads(int64_t hq, int64_t hkv) {
+    hq_ = hq;
+    hkv_ = hkv;
+    return *this;
+  }
+  AttentionTester& seq(int64_t sq, int64_t skv) {
+    sq_ = sq;
+    skv_ = skv;
+    return *this;
+  }
+  AttentionTester& head_dim(int64_t dqk, int64_t dv = 0) {
+    dqk_ = dqk;
+    dv_ = dv ? dv : dqk;
+    return *this;
+  }
+  AttentionTester& causal(bool c = true) {
+    causal_ = c;
+    return *this;
+  }
+  AttentionTester& top_left(bool t = true) {
+    top_left_ = t;
+    return *this;
+  }
+  AttentionTester& scale(float s) {
+    scale_ = s;
+    return *this;
+  }
+  AttentionTester& softcap(float c) {
+    softcap_ = c;
+    return *this;
+  }
   // Strided views: rows padded by `pad` floats, outer dims by one element.
-  AttentionTester& padded(int64_t pad) { pad_ = pad; return *this; }
+  AttentionTester& padded(int64_t pad) {
+    pad_ = pad;
+    return *this;
+  }
   // q, k and v as views into one fused [B, S, 3, H, D] buffer (needs Sq == Skv, Hq == Hkv,
   // Dqk == Dv).
-  AttentionTester& fused_qkv(bool f = true) { fused_ = f; return *this; }
+  AttentionTester& fused_qkv(bool f = true) {
+    fused_ = f;
+    return *this;
+  }
   // q and k hold integers in [-n, n] (and additive masks integers in [-8, 8]), so with a
   // power-of-two scale every score is exact in float32: large logits test the softmax, not
   // float32 rounding of the dot product.
-  AttentionTester& integer_inputs(int n) { integer_ = n; return *this; }
+  AttentionTester& integer_inputs(int n) {
+    integer_ = n;
+    return *this;
+  }
   // Per-batch key padding (values in [0, Skv]).
-  AttentionTester& kv_len(std::vector<int32_t> l) { kv_len_ = std::move(l); return *this; }
+  AttentionTester& kv_len(std::vector<int32_t> l) {
+    kv_len_ = std::move(l);
+    return *this;
+  }
   // A random mask of this (broadcastable) shape: bool with P(attend) = density, or additive
   // with values in [-2, 2] and -inf where a bool mask would say false.
   AttentionTester& bool_mask(std::vector<int64_t> shape, double density = 0.7) {
-    mask_shape_ = std::move(shape); mask_bool_ = true; density_ = density; return *this;
+    mask_shape_ = std::move(shape);
+    mask_bool_ = true;
+    density_ = density;
+    return *this;
   }
   AttentionTester& additive_mask(std::vector<int64_t> shape, double density = 0.8) {
-    mask_shape_ = std::move(shape); mask_bool_ = false; density_ = density; return *this;
+    mask_shape_ = std::move(shape);
+    mask_bool_ = false;
+    density_ = density;
+    return *this;
   }
 
   std::string describe() const;

@@ -24,8 +24,10 @@ struct LinearCase {
 };
 
 TEST(Linear, MatchesReference) {
-  const LinearCase cases[] = {{1, 1, 1, 1, true, 0},    {2, 19, 37, 53, true, 0},
-                              {1, 64, 64, 192, false, 0}, {3, 7, 48, 17, true, 2},
+  const LinearCase cases[] = {{1, 1, 1, 1, true, 0},
+                              {2, 19, 37, 53, true, 0},
+                              {1, 64, 64, 192, false, 0},
+                              {3, 7, 48, 17, true, 2},
                               {1, 100, 96, 300, true, 0}};
   for (const LinearCase& c : cases) {
     const uint64_t seed = fresh_seed();
@@ -33,7 +35,8 @@ TEST(Linear, MatchesReference) {
                  std::to_string(c.e) + " N" + std::to_string(c.n) + " seed " +
                  std::to_string(seed));
     std::mt19937_64 rng(seed);
-    Storage x({c.b, c.s, c.e}, c.pad), w({c.n, c.e}, c.pad), bias({c.n}, 0), y({c.b, c.s, c.n}, c.pad);
+    Storage x({c.b, c.s, c.e}, c.pad), w({c.n, c.e}, c.pad), bias({c.n}, 0),
+        y({c.b, c.s, c.n}, c.pad);
     x.fill_random(rng, -1, 1);
     w.fill_random(rng, -1, 1);
     bias.fill_random(rng, -1, 1);
@@ -60,8 +63,8 @@ TEST(Mha, MatchesNnMultiheadAttention) {
   for (const MhaCase& c : cases) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("B" + std::to_string(c.b) + " S" + std::to_string(c.s) + " E" +
-                 std::to_string(c.e) + " H" + std::to_string(c.h) +
-                 (c.causal ? " causal" : "") + " seed " + std::to_string(seed));
+                 std::to_string(c.e) + " H" + std::to_string(c.h) + (c.causal ? " causal" : "") +
+                 " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     Storage x({c.b, c.s, c.e}, 0), in_w({3 * c.e, c.e}, 0), in_b({3 * c.e}, 0);
     Storage out_w({c.e, c.e}, 0), out_b({c.e}, 0), y({c.b, c.s, c.e}, 0);
@@ -78,15 +81,15 @@ TEST(Mha, MatchesNnMultiheadAttention) {
     opt.num_heads = c.h;
     opt.mask = c.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
     const int64_t nb = c.b;
-    attngen_tensor kv_len = attngen_tensor_contiguous(
-        const_cast<int32_t*>(c.kv_len.data()), ATTNGEN_I32, 1, &nb);
+    attngen_tensor kv_len =
+        attngen_tensor_contiguous(const_cast<int32_t*>(c.kv_len.data()), ATTNGEN_I32, 1, &nb);
     if (!c.kv_len.empty()) opt.kv_len = &kv_len;
     const attngen_status st = attngen_mha(&x.t, &weights, &y.t, &opt);
     ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
     const std::vector<double> none;
-    check(y.dense(), reference_mha(x.dense(), c.b, c.s, c.e, c.h, in_w.dense(),
-                                   c.bias ? in_b.dense() : none, out_w.dense(),
-                                   c.bias ? out_b.dense() : none, c.causal, c.kv_len));
+    check(y.dense(),
+          reference_mha(x.dense(), c.b, c.s, c.e, c.h, in_w.dense(), c.bias ? in_b.dense() : none,
+                        out_w.dense(), c.bias ? out_b.dense() : none, c.causal, c.kv_len));
   }
 }
 

@@ -48,7 +48,8 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0.0;
           for (int64_t j = 0; j < Skv; ++j) {
-            if (attend[static_cast<size_t>(j)]) acc += s[static_cast<size_t>(j)] * v.at({b, j, hk, d});
+            if (attend[static_cast<size_t>(j)])
+              acc += s[static_cast<size_t>(j)] * v.at({b, j, hk, d});
           }
           out[static_cast<size_t>(((b * Sq + i) * Hq + h) * Dv + d)] = acc / sum;
         }
@@ -76,8 +77,7 @@ std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows,
 
 std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, int64_t seq,
                                   int64_t embed, int64_t heads, const std::vector<double>& in_w,
-                                  const std::vector<double>& in_b,
-                                  const std::vector<double>& out_w,
+                                  const std::vector<double>& in_b, const std::vector<double>& out_w,
                                   const std::vector<double>& out_b, bool causal,
                                   const std::vector<int32_t>& kv_len) {
   const int64_t rows = batch * seq, dh = embed / heads;

@@ -24,8 +24,8 @@ struct RefAttention {
   double softcap = 0.0;
   bool causal = false;
   bool bottom_right = true;
-  std::vector<int32_t> kv_len;                                   // empty: Skv for every batch
-  std::function<bool(int64_t, int64_t, int64_t, int64_t)> keep;  // (b, h, i, j), bool mask
+  std::vector<int32_t> kv_len;                                    // empty: Skv for every batch
+  std::function<bool(int64_t, int64_t, int64_t, int64_t)> keep;   // (b, h, i, j), bool mask
   std::function<double(int64_t, int64_t, int64_t, int64_t)> add;  // additive mask
 };
 
@@ -41,8 +41,7 @@ std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows,
 // nn.MultiheadAttention(batch_first) forward, self-attention. x [B, S, E].
 std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, int64_t seq,
                                   int64_t embed, int64_t heads, const std::vector<double>& in_w,
-                                  const std::vector<double>& in_b,
-                                  const std::vector<double>& out_w,
+                                  const std::vector<double>& in_b, const std::vector<double>& out_w,
                                   const std::vector<double>& out_b, bool causal,
                                   const std::vector<int32_t>& kv_len);
 

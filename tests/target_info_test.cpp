@@ -39,10 +39,10 @@ TEST(TargetInfo, LanesDivideHeadDims) {
   EXPECT_EQ(lanes_dividing(80, avx512), 16);
   EXPECT_EQ(lanes_dividing(40, avx512), 8);
   EXPECT_EQ(lanes_dividing(24, avx512), 8);
-  EXPECT_EQ(lanes_dividing(7, avx512), 16);  // nothing divides: native width, with a tail
+  EXPECT_EQ(lanes_dividing(7, avx512), 16);            // nothing divides: native width, with a tail
   EXPECT_EQ(rows_for_accumulators(4, 32, avx512), 4);  // 4 rows x 4 vectors = 16 <= 24
   EXPECT_EQ(rows_for_accumulators(8, 32, avx512), 2);
-  EXPECT_EQ(rows_for_accumulators(1, 4, avx512), 4);   // capped by the limit
+  EXPECT_EQ(rows_for_accumulators(1, 4, avx512), 4);  // capped by the limit
 }
 
 }  // namespace

@@ -87,7 +87,9 @@ struct Storage {
 
   void fill_random(std::mt19937_64& rng, float lo, float hi) {
     std::uniform_real_distribution<float> dist(lo, hi);
-    for_each([&](const std::vector<int64_t>&, int64_t off) { buf[static_cast<size_t>(off)] = dist(rng); });
+    for_each([&](const std::vector<int64_t>&, int64_t off) {
+      buf[static_cast<size_t>(off)] = dist(rng);
+    });
   }
 
   View view() const {
@@ -103,14 +105,18 @@ struct Storage {
   std::vector<double> dense() const {
     std::vector<double> out;
     out.reserve(static_cast<size_t>(count()));
-    for_each([&](const std::vector<int64_t>&, int64_t off) { out.push_back(buf[static_cast<size_t>(off)]); });
+    for_each([&](const std::vector<int64_t>&, int64_t off) {
+      out.push_back(buf[static_cast<size_t>(off)]);
+    });
     return out;
   }
 
   // Every element outside the logical tensor still holds poison.
   int64_t gaps_written() const {
     std::vector<bool> logical(buf.size(), false);
-    for_each([&](const std::vector<int64_t>&, int64_t off) { logical[static_cast<size_t>(off)] = true; });
+    for_each([&](const std::vector<int64_t>&, int64_t off) {
+      logical[static_cast<size_t>(off)] = true;
+    });
     int64_t n = 0;
     for (size_t i = 0; i < buf.size(); ++i) n += !logical[i] && !is_poison(buf[i]);
     return n;

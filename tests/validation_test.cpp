@@ -75,8 +75,8 @@ TEST_F(AttentionValidation, ShapeMismatches) {
     attngen_tensor* t;
     int dim;
     const char* needle;
-  } cases[] = {{&k.t, 0, "k.shape[0] (B)"},   {&k.t, 3, "k.shape[3] (Dqk)"},
-               {&v.t, 1, "v.shape[1] (Skv)"}, {&v.t, 2, "v.shape[2] (Hkv)"},
+  } cases[] = {{&k.t, 0, "k.shape[0] (B)"},      {&k.t, 3, "k.shape[3] (Dqk)"},
+               {&v.t, 1, "v.shape[1] (Skv)"},    {&v.t, 2, "v.shape[2] (Hkv)"},
                {&out.t, 1, "out.shape[1] (Sq)"}, {&out.t, 2, "out.shape[2] (Hq)"},
                {&out.t, 3, "out.shape[3] (Dv)"}};
   for (const auto& c : cases) {
@@ -209,9 +209,9 @@ TEST_F(AttentionValidation, UnsupportedTarget) {
 #else
   const char* foreign = "neon";
 #endif
-  static attngen_kernel_info info{"test_foreign_isa", ATTNGEN_OP_ATTENTION, foreign, "other",
-                                  64, 64, ATTNGEN_MASK_NONE, ATTNGEN_MASK_TENSOR_NONE, 0,
-                                  fake_run};
+  static attngen_kernel_info info{
+      "test_foreign_isa", ATTNGEN_OP_ATTENTION,     foreign, "other", 64, 64,
+      ATTNGEN_MASK_NONE,  ATTNGEN_MASK_TENSOR_NONE, 0,       fake_run};
   if (attngen_find_kernel(info.name) == nullptr) {
     ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
   }
@@ -224,9 +224,9 @@ TEST_F(AttentionValidation, UnsupportedTarget) {
 }
 
 TEST_F(AttentionValidation, KernelFailureIsCapturedNotPrinted) {
-  static attngen_kernel_info info{"test_failing_kernel", ATTNGEN_OP_ATTENTION, "generic", "any",
-                                  64, 64, ATTNGEN_MASK_NONE, ATTNGEN_MASK_TENSOR_NONE, 0,
-                                  failing_run};
+  static attngen_kernel_info info{
+      "test_failing_kernel", ATTNGEN_OP_ATTENTION,     "generic", "any",      64, 64,
+      ATTNGEN_MASK_NONE,     ATTNGEN_MASK_TENSOR_NONE, 0,         failing_run};
   if (attngen_find_kernel(info.name) == nullptr) {
     ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
   }
@@ -245,8 +245,8 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
-        k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE &&
-        !k->softcap && attngen_kernel_supported(k)) {
+        k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
+        attngen_kernel_supported(k)) {
       real = k;
     }
   }

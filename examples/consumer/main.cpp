@@ -41,7 +41,8 @@ int main() {
     double m = -1e300, sum = 0;
     for (int64_t j = 0; j <= i; ++j) {
       double dot = 0;
-      for (int64_t d = 0; d < D; ++d) dot += double(q[(i * H + h) * D + d]) * k[(j * H + h) * D + d];
+      for (int64_t d = 0; d < D; ++d)
+        dot += double(q[(i * H + h) * D + d]) * k[(j * H + h) * D + d];
       p[j] = dot / std::sqrt(double(D));
       m = std::max(m, p[j]);
     }

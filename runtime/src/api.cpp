@@ -88,8 +88,8 @@ bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], Hali
   if (m == nullptr) return true;
   if (m->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "mask_tensor.data is NULL");
   if (m->dtype != ATTNGEN_BOOL && m->dtype != ATTNGEN_F32) {
-    return c.fail(ATTNGEN_ERROR_MASK, std::string("mask_tensor has dtype ") +
-                                          dtype_name(m->dtype) + ", expected BOOL or F32");
+    return c.fail(ATTNGEN_ERROR_MASK, std::string("mask_tensor has dtype ") + dtype_name(m->dtype) +
+                                          ", expected BOOL or F32");
   }
   if (m->rank < 1 || m->rank > 4) {
     return c.fail(ATTNGEN_ERROR_MASK, "mask_tensor has rank " + std::to_string(m->rank) +
@@ -108,14 +108,13 @@ bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], Hali
     if (md < 0) continue;
     const int64_t n = m->shape[md], s = m->strides[md];
     if (n != full[d] && n != 1) {
-      return c.fail(ATTNGEN_ERROR_MASK,
-                    "mask_tensor.shape[" + std::to_string(md) + "] is " + std::to_string(n) +
-                        ", expected " + std::to_string(full[d]) + " (" + names[d] + ") or 1");
+      return c.fail(ATTNGEN_ERROR_MASK, "mask_tensor.shape[" + std::to_string(md) + "] is " +
+                                            std::to_string(n) + ", expected " +
+                                            std::to_string(full[d]) + " (" + names[d] + ") or 1");
     }
     if (s < 0 || s > std::numeric_limits<int32_t>::max()) {
-      return c.fail(ATTNGEN_ERROR_STRIDE, "mask_tensor.strides[" + std::to_string(md) +
-                                              "] is " + std::to_string(s) +
-                                              ", expected 0 <= stride < 2^31");
+      return c.fail(ATTNGEN_ERROR_STRIDE, "mask_tensor.strides[" + std::to_string(md) + "] is " +
+                                              std::to_string(s) + ", expected 0 <= stride < 2^31");
     }
     if (n > 1) {
       full_view.strides[d] = s;
@@ -201,10 +200,8 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   if (!check_dim(c, *k, ks, 0, batch, "B of q") || !check_dim(c, *k, ks, 3, dqk, "Dqk of q") ||
       !check_dim(c, *v, vs, 0, batch, "B of q") || !check_dim(c, *v, vs, 1, seq_kv, "Skv of k") ||
       !check_dim(c, *v, vs, 2, heads_kv, "Hkv of k") ||
-      !check_dim(c, *out, os, 0, batch, "B of q") ||
-      !check_dim(c, *out, os, 1, seq_q, "Sq of q") ||
-      !check_dim(c, *out, os, 2, heads_q, "Hq of q") ||
-      !check_dim(c, *out, os, 3, dv, "Dv of v")) {
+      !check_dim(c, *out, os, 0, batch, "B of q") || !check_dim(c, *out, os, 1, seq_q, "Sq of q") ||
+      !check_dim(c, *out, os, 2, heads_q, "Hq of q") || !check_dim(c, *out, os, 3, dv, "Dv of v")) {
     return finish(c, nullptr);
   }
   if (heads_q % heads_kv != 0) {
@@ -238,7 +235,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   query.head_dim_qk = static_cast<int>(dqk);
   query.head_dim_v = static_cast<int>(dv);
   query.mask = opt.mask;
-  query.mask_tensor = opt.mask_tensor == nullptr ? ATTNGEN_MASK_TENSOR_NONE
+  query.mask_tensor = opt.mask_tensor == nullptr               ? ATTNGEN_MASK_TENSOR_NONE
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
   query.softcap = opt.softcap > 0.0f;
@@ -337,13 +334,12 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
     return finish(c, nullptr);
   }
   if (options->num_heads <= 0 || embed % options->num_heads != 0) {
-    c.fail(ATTNGEN_ERROR_HEADS, "num_heads is " + std::to_string(options->num_heads) +
-                                    "; it must be positive and divide E = " +
-                                    std::to_string(embed));
+    c.fail(ATTNGEN_ERROR_HEADS,
+           "num_heads is " + std::to_string(options->num_heads) +
+               "; it must be positive and divide E = " + std::to_string(embed));
     return finish(c, nullptr);
   }
-  if (!check_no_alias(c, *y, "y", *x, "x") ||
-      !check_no_alias(c, *y, "y", iw, "in_proj_weight") ||
+  if (!check_no_alias(c, *y, "y", *x, "x") || !check_no_alias(c, *y, "y", iw, "in_proj_weight") ||
       !check_no_alias(c, *y, "y", ow, "out_proj_weight") ||
       (in_b != nullptr && !check_no_alias(c, *y, "y", *in_b, "in_proj_bias")) ||
       (out_b != nullptr && !check_no_alias(c, *y, "y", *out_b, "out_proj_bias")) ||

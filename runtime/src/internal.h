@@ -41,8 +41,8 @@ size_t dtype_size(attngen_dtype dtype);
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
 
 // t.shape[dim] must equal `expected`, which `what` names (e.g. "Dqk of q").
-bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim,
-               int64_t expected, const char* what);
+bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim, int64_t expected,
+               const char* what);
 
 // The output's bytes must not overlap the input's.
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,

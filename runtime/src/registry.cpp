@@ -102,14 +102,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
       return nullptr;
     }
     if (!fits(*k, query)) {
-      c.fail(ATTNGEN_ERROR_NO_KERNEL,
-             std::string("kernel '") + name + "' does not fit this call, which needs " +
-                 describe(query));
+      c.fail(ATTNGEN_ERROR_NO_KERNEL, std::string("kernel '") + name +
+                                          "' does not fit this call, which needs " +
+                                          describe(query));
       return nullptr;
     }
     if (!attngen_kernel_supported(k)) {
-      c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET, std::string("kernel '") + name + "' needs " +
-                                                   k->isa + ", which this machine lacks");
+      c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
+             std::string("kernel '") + name + "' needs " + k->isa + ", which this machine lacks");
       return nullptr;
     }
     return k;

@@ -66,15 +66,15 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
   if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
   if (t->dtype != spec.dtype) {
-    return c.fail(ATTNGEN_ERROR_DTYPE, name + " has dtype " + dtype_name(t->dtype) +
-                                           ", expected " + dtype_name(spec.dtype));
+    return c.fail(ATTNGEN_ERROR_DTYPE, name + " has dtype " + dtype_name(t->dtype) + ", expected " +
+                                           dtype_name(spec.dtype));
   }
   if (t->rank != spec.rank) {
     std::string dims;
     for (int d = 0; d < spec.rank; ++d) dims += std::string(d ? ", " : "") + spec.dims[d];
     return c.fail(ATTNGEN_ERROR_RANK, name + " has rank " + std::to_string(t->rank) +
-                                          ", expected " + std::to_string(spec.rank) + " [" +
-                                          dims + "]");
+                                          ", expected " + std::to_string(spec.rank) + " [" + dims +
+                                          "]");
   }
   int64_t last_byte = 0;  // offset of the last element, in elements
   for (int d = 0; d < spec.rank; ++d) {
@@ -90,12 +90,13 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
     }
     if (s < 0) {
       return c.fail(ATTNGEN_ERROR_STRIDE, name + ".strides[" + std::to_string(d) + "] is " +
-                                              std::to_string(s) + ", negative strides are "
+                                              std::to_string(s) +
+                                              ", negative strides are "
                                               "not supported");
     }
     if (s > kMaxIndex) {
-      return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) + "] = " +
-                                                 std::to_string(s) + " exceeds 2^31 - 1");
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) +
+                                                 "] = " + std::to_string(s) + " exceeds 2^31 - 1");
     }
     last_byte += (n - 1) * s;
     if (last_byte > kMaxIndex) break;  // reported below; avoids overflow
@@ -126,8 +127,8 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
       if (t->shape[d] == 1) continue;
       if (t->strides[d] < extent) {
         return c.fail(ATTNGEN_ERROR_STRIDE,
-                      name + ".strides[" + std::to_string(d) + "] = " +
-                          std::to_string(t->strides[d]) +
+                      name + ".strides[" + std::to_string(d) +
+                          "] = " + std::to_string(t->strides[d]) +
                           " makes output elements overlap; outputs need distinct elements");
       }
       extent = t->strides[d] * t->shape[d];
@@ -136,8 +137,8 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   return true;
 }
 
-bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim,
-               int64_t expected, const char* what) {
+bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim, int64_t expected,
+               const char* what) {
   if (t.shape[dim] == expected) return true;
   return c.fail(ATTNGEN_ERROR_SHAPE, dim_label(t, spec, dim) + " is " +
                                          std::to_string(t.shape[dim]) + ", expected " +
