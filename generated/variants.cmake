@@ -14,7 +14,7 @@ set(ATTNGEN_VARIANTS
     "attention  64 64            none    bool         0"
     "attention  64 64            causal  additive     0"
     "attention  64 64            causal  none         1"
-    "linear     0  0             none    none         0"
+    "linear     -  -             none    none         0"
     "mha        64 64            none    none         0"
     "mha        64 64            causal  none         0"
 )
