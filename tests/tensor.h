@@ -92,15 +92,6 @@ struct Storage {
     });
   }
 
-  View view() const {
-    View v{buf.data(), {}, {}};
-    for (int d = 0; d < t.rank; ++d) {
-      v.shape.push_back(t.shape[d]);
-      v.strides.push_back(t.strides[d]);
-    }
-    return v;
-  }
-
   // Logical elements, densely, as doubles.
   std::vector<double> dense() const {
     std::vector<double> out;
