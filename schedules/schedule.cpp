@@ -35,9 +35,9 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
     case Isa::kAvx512:
     case Isa::kAvx2:
     case Isa::kNeon:
+    case Isa::kSse41:
       schedule_attention_simd(f, spec, info, resolve(tunables, spec, info));
       return;
-    case Isa::kSse41:
     case Isa::kGeneric:
       schedule_attention_generic(f, info);
       return;
@@ -54,9 +54,9 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
     case Isa::kAvx512:
     case Isa::kAvx2:
     case Isa::kNeon:
+    case Isa::kSse41:
       schedule_linear_simd(f, info, resolve(tunables, info));
       return;
-    case Isa::kSse41:
     case Isa::kGeneric:
       schedule_linear_generic(f, info);
       return;

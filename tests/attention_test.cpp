@@ -2,6 +2,7 @@
 // is generated from generated/variants.cmake) against the float64 reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,6 +130,48 @@ TEST(AttentionDispatch, ChoosesAFittingKernel) {
   EXPECT_EQ(k->op, ATTNGEN_OP_ATTENTION);
   EXPECT_EQ(k->mask, ATTNGEN_MASK_CAUSAL);
   EXPECT_EQ(k->head_dim_qk, 64);
+}
+
+// attngen_set_isa() forces automatic dispatch onto each ISA the library was built for; every
+// one this machine runs gives correct results, the others a named error.
+TEST(AttentionDispatch, ForcedIsa) {
+  struct Restore {
+    ~Restore() { attngen_set_isa(nullptr); }
+  } restore;
+  std::vector<std::string> isas;
+  for (const attngen_kernel_info* k : kernels_of(ATTNGEN_OP_ATTENTION)) {
+    if (std::find(isas.begin(), isas.end(), k->isa) == isas.end()) isas.push_back(k->isa);
+  }
+  ASSERT_FALSE(isas.empty());
+  int ran = 0;
+  for (const std::string& isa : isas) {
+    SCOPED_TRACE(isa);
+    bool supported = false;
+    for (const attngen_kernel_info* k : kernels_of(ATTNGEN_OP_ATTENTION)) {
+      if (k->isa == isa) supported = attngen_kernel_supported(k) != 0;
+    }
+    const attngen_status st = attngen_set_isa(isa.c_str());
+    if (!supported) {
+      EXPECT_EQ(st, ATTNGEN_ERROR_UNSUPPORTED_TARGET) << attngen_last_error();
+      EXPECT_NE(std::string(attngen_last_error()).find(isa), std::string::npos);
+      continue;
+    }
+    ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(std::string(attngen_isa()), isa);
+    AttentionTester().batch(2).heads(4, 2).seq(21, 35).head_dim(64).causal().Test();
+    const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+    ASSERT_NE(k, nullptr);
+    EXPECT_EQ(std::string(k->isa), isa) << k->name;
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+  EXPECT_EQ(attngen_set_isa("pentium"), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_set_isa(""), ATTNGEN_OK);
+  // Back to the default: the best ISA this CPU runs among the built ones.
+  AttentionTester().batch(1).heads(2, 2).seq(8, 8).head_dim(64).Test();
+  const attngen_kernel_info* best = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(best, nullptr);
+  EXPECT_STREQ(best->isa, attngen_isa());
 }
 
 TEST(VariantList, EveryOpHasKernels) {

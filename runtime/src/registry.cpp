@@ -1,5 +1,6 @@
 // The dispatch table: kernels registered at run time, then the built-in ones generated from
 // generated/variants.cmake; selection by configuration and by what this CPU can run.
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -50,11 +51,15 @@ bool cpu_has(const char* isa) {
 #endif
 }
 
+const char* const kIsas[] = {"generic", "sse41", "avx2", "neon", "avx512"};
+
+// The ISA set by attngen_set_isa(), or nullptr.
+std::atomic<const char*> g_forced_isa{nullptr};
+
 // Higher is preferred when several kernels fit.
 int isa_rank(const char* isa) {
-  static const char* const order[] = {"generic", "sse41", "avx2", "neon", "avx512"};
   for (int r = 4; r >= 0; --r) {
-    if (!std::strcmp(isa, order[r])) return r;
+    if (!std::strcmp(isa, kIsas[r])) return r;
   }
   return -1;
 }
@@ -114,12 +119,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
     }
     return k;
   }
+  const char* forced = g_forced_isa.load();
   const attngen_kernel_info* best = nullptr;
   bool unsupported_fit = false;
   const size_t n = attngen_kernel_count();
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!fits(*k, query)) continue;
+    if (forced != nullptr && std::strcmp(k->isa, forced) != 0) continue;
     if (!attngen_kernel_supported(k)) {
       unsupported_fit = true;
       continue;
@@ -130,6 +137,10 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
     if (unsupported_fit) {
       c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
              "the kernels generated for " + describe(query) + " need ISAs this machine lacks");
+    } else if (forced != nullptr) {
+      c.fail(ATTNGEN_ERROR_NO_KERNEL, std::string("no ") + forced + " kernel was generated for " +
+                                          describe(query) + " (attngen_set_isa(\"" + forced +
+                                          "\") is in effect)");
     } else {
       c.fail(ATTNGEN_ERROR_NO_KERNEL, "no kernel was generated for " + describe(query) +
                                           " (add one with attngen_add_kernel)");
@@ -167,6 +178,37 @@ const attngen_kernel_info* attngen_find_kernel(const char* name) {
 
 int attngen_kernel_supported(const attngen_kernel_info* kernel) {
   return kernel != nullptr && attngen::rt::cpu_has(kernel->isa) ? 1 : 0;
+}
+
+attngen_status attngen_set_isa(const char* isa) {
+  attngen::rt::Check c;
+  if (isa == nullptr || isa[0] == '\0') {
+    attngen::rt::g_forced_isa.store(nullptr);
+    return attngen::rt::finish(c, nullptr);
+  }
+  const char* known = nullptr;
+  for (const char* k : attngen::rt::kIsas) {
+    if (!std::strcmp(k, isa)) known = k;
+  }
+  if (known == nullptr) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           std::string("unknown ISA '") + isa + "', expected generic, sse41, avx2, avx512 or neon");
+  } else if (!attngen::rt::cpu_has(known)) {
+    c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
+           std::string("this machine cannot run ") + known + " kernels");
+  } else {
+    attngen::rt::g_forced_isa.store(known);
+  }
+  return attngen::rt::finish(c, nullptr);
+}
+
+const char* attngen_isa(void) {
+  const char* forced = attngen::rt::g_forced_isa.load();
+  if (forced != nullptr) return forced;
+  for (int r = 4; r >= 0; --r) {
+    if (attngen::rt::cpu_has(attngen::rt::kIsas[r])) return attngen::rt::kIsas[r];
+  }
+  return "generic";
 }
 
 attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
