@@ -13,7 +13,7 @@ function(attngen_runtime_library NAME)
               "${ATTNGEN_REGISTRY_SOURCE}")
   target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
   target_link_libraries(${NAME} PUBLIC attngen_headers ${ATTNGEN_BUILTIN_KERNELS}
-                        PRIVATE Halide::Runtime)
+                        PRIVATE Halide::Runtime ${CMAKE_DL_LIBS})
   if (A_SANITIZE)
     target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS})
     target_link_options(${NAME} INTERFACE -fsanitize=address,undefined)

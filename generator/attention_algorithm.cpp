@@ -12,6 +12,58 @@ Expr softmax_exp(const Expr& x) {
   return select(x < -87.0f, 0.0f, fast_exp(max(x, -87.0f)));
 }
 
+namespace {
+
+// FlashAttention's merge: per key block its max, exps relative to that max, their sum and their
+// product with V; then the blocks are folded in order into a running (acc, max, sum), rescaling
+// what came before whenever the max grows. Every term is exp(x) with x <= 0, as in the row form.
+// The running max and sum are carried by every d of the row (a Tuple per element), so the fold
+// is elementwise in d and vectorises or maps to GPU threads without cross-lane traffic.
+void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec,
+                           const AttentionInputs& in) {
+  const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b, &kb = f.kb;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int block = spec.key_block;
+  f.rk = RDom(0, block, "rk");
+  f.rb = RDom(0, (in.seq_kv + block - 1) / block, "rb");
+  const RDom &rk = f.rk, &rb = f.rb;
+  Expr key = kb * block + rk;
+
+  f.block_max = Func("block_max");
+  f.block_max(kb, i, h, b) = neg_inf;
+  f.block_max(kb, i, h, b) = max(f.block_max(kb, i, h, b), f.scores(key, i, h, b));
+
+  // A fully masked block has max -inf: use 0 so its terms are exp(-inf) = 0, never NaN.
+  Expr bm = f.block_max(j / block, i, h, b);
+  f.probs = Func("probs");
+  f.probs(j, i, h, b) = softmax_exp(f.scores(j, i, h, b) - select(bm == neg_inf, 0.0f, bm));
+
+  f.block_sum = Func("block_sum");
+  f.block_sum(kb, i, h, b) = 0.0f;
+  f.block_sum(kb, i, h, b) += f.probs(key, i, h, b);
+
+  f.block_pv = Func("block_pv");
+  f.block_pv(d, kb, i, h, b) = 0.0f;
+  f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * f.v(d, key, h, b);
+
+  f.state = Func("state");
+  f.state(d, i, h, b) = Tuple(0.0f, neg_inf, 0.0f);
+  Expr acc = f.state(d, i, h, b)[0], m = f.state(d, i, h, b)[1], l = f.state(d, i, h, b)[2];
+  Expr bmax = f.block_max(rb, i, h, b);
+  Expr m_new = max(m, bmax);
+  // Weights of the old state and of the new block; a side that is still -inf weighs 0.
+  Expr alpha = select(m == neg_inf, 0.0f, softmax_exp(m - m_new));
+  Expr beta = select(bmax == neg_inf, 0.0f, softmax_exp(bmax - m_new));
+  f.state(d, i, h, b) = Tuple(acc * alpha + f.block_pv(d, rb, i, h, b) * beta, m_new,
+                              l * alpha + f.block_sum(rb, i, h, b) * beta);
+
+  Expr sum = f.state(d, i, h, b)[2];
+  f.out = Func("attention");
+  f.out(d, h, i, b) = f.state(d, i, h, b)[0] * select(sum > 0.0f, 1.0f / sum, 0.0f);
+}
+
+}  // namespace
+
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in) {
   AttentionFuncs f;
   const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b;
@@ -30,10 +82,14 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   f.q = Func("q_tile");
   f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b);
   Expr kj = clamp(j, 0, in.seq_kv - 1);
+  f.k = Func("k_tile");
+  f.k(d, j, h, b) = in.k(d, hk, kj, b);
+  f.v = Func("v_tile");
+  f.v(d, j, h, b) = in.v(d, hk, kj, b);
 
   f.dot = Func("dot");
   f.dot(j, i, h, b) = 0.0f;
-  f.dot(j, i, h, b) += f.q(rd, h, i, b) * in.k(rd, hk, kj, b);
+  f.dot(j, i, h, b) += f.q(rd, h, i, b) * f.k(rd, j, h, b);
 
   Expr s = f.dot(j, i, h, b) * in.scale;
   if (spec.softcap) {
@@ -57,6 +113,11 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   f.scores = Func("scores");
   f.scores(j, i, h, b) = select(attend, s, neg_inf);
 
+  if (spec.key_block > 0) {
+    define_online_softmax(f, spec, in);
+    return f;
+  }
+
   f.row_max = Func("row_max");
   f.row_max(i, h, b) = neg_inf;
   f.row_max(i, h, b) = max(f.row_max(i, h, b), f.scores(rj, i, h, b));
@@ -73,7 +134,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   f.acc = Func("acc");
   f.acc(d, i, h, b) = 0.0f;
-  f.acc(d, i, h, b) += f.probs(rj, i, h, b) * in.v(d, hk, rj, b);
+  f.acc(d, i, h, b) += f.probs(rj, i, h, b) * f.v(d, rj, h, b);
 
   Expr l = f.row_sum(i, h, b);
   f.out = Func("attention");

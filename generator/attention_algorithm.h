@@ -21,6 +21,9 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
+  // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
+  // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
+  int key_block = 0;
 };
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
@@ -32,16 +35,26 @@ struct AttentionInputs {
 };
 
 struct AttentionFuncs {
-  Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"};
+  Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"}, kb{"kb"};
   Halide::RDom rd, rj;
-  Halide::Func q;        // q with the query index clamped: schedules may round tiles up.
-  Halide::Func dot;      // (j, i, h, b) raw q.k
-  Halide::Func scores;   // (j, i, h, b) scaled, capped, masked (-inf where not attended)
+  Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
+  Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
+  Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
+  Halide::Func dot;     // (j, i, h, b) raw q.k
+  Halide::Func scores;  // (j, i, h, b) scaled, capped, masked (-inf where not attended)
+  // Whole rows (spec.key_block == 0):
   Halide::Func row_max;  // (i, h, b)
-  Halide::Func probs;    // (j, i, h, b) unnormalised exp(scores - row_max), 0 where masked
+  Halide::Func probs;    // (j, i, h, b) exp(scores - max of the row, or of the key block), 0 masked
   Halide::Func row_sum;  // (i, h, b)
   Halide::Func acc;      // (d, i, h, b) sum_j probs * v
-  Halide::Func out;      // (d, h, i, b) normalised output, 0 for fully masked rows
+  // Key blocks with an online softmax (spec.key_block > 0); probs is relative to block_max.
+  Halide::RDom rk;         // keys of one block: j = kb * key_block + rk
+  Halide::RDom rb;         // the key blocks, in order
+  Halide::Func block_max;  // (kb, i, h, b)
+  Halide::Func block_sum;  // (kb, i, h, b)
+  Halide::Func block_pv;   // (d, kb, i, h, b) sum over the block of probs * v
+  Halide::Func state;      // (d, i, h, b) Tuple(acc, running max, running sum) after block rb
+  Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);

@@ -22,6 +22,9 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> query_tile{"query_tile", 0};
   GeneratorParam<int> key_tile{"key_tile", 0};
   GeneratorParam<int> pv_rows{"pv_rows", 0};
+  // Algorithm form: 0 = the target's default (whole rows on CPUs, key blocks on GPUs), > 0 = key
+  // blocks of this many keys merged with an online softmax.
+  GeneratorParam<int> key_block{"key_block", 0, 0, 4096};
 
   Input<Buffer<float, 4>> q{"q"};               // (d, h, s, b)
   Input<Buffer<float, 4>> k{"k"};               // (d, hkv, s, b)
@@ -47,6 +50,8 @@ class Attention : public Generator<Attention> {
     spec.mask = mask_kind;
     spec.mask_tensor = mask_tensor;
     spec.softcap = softcap;
+    spec.key_block =
+        attngen::resolve_key_block(key_block, spec.head_dim_qk, spec.head_dim_v, get_target());
 
     attngen::AttentionInputs in;
     in.q = q;

@@ -42,6 +42,7 @@ class Mha : public Generator<Mha> {
     attngen::AttentionSpec spec;
     spec.head_dim_qk = spec.head_dim_v = dh;
     spec.mask = mask_kind;
+    spec.key_block = attngen::resolve_key_block(0, dh, dh, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");
     attngen::AttentionInputs in;

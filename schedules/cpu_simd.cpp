@@ -90,6 +90,86 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
       .unroll(qo);
 }
 
+// Key blocks with the online softmax (AttentionSpec::key_block > 0): memory per task is
+// query_tile x key_block scores instead of query_tile x Skv, whatever the sequence length.
+// Per block: q.k as above, block max / exp / sum vertical over the query rows, p.v with
+// pv_rows x Dv accumulators, then the running state of the tile is rescaled and merged.
+void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
+                                     const TargetInfo& info, const AttentionTunables& t) {
+  const int lanes = info.f32_lanes;
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  const TailStrategy dv_tail =
+      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
+  Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task"), hb("hb");
+  Var vo("vo"), vi("vi"), qo("qo"), qi("qi"), jo("jo"), ji("ji");
+
+  Func out = f.out;
+  out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, ii, io, h, b)
+      .fuse(h, b, hb)
+      .fuse(io, hb, task)
+      .parallel(task)
+      .vectorize(vi)
+      .unroll(vo);
+
+  // The running (acc, max, sum) of the tile, updated once per key block.
+  Func state = f.state;
+  state.compute_at(out, task).bound_extent(i, t.query_tile);
+  state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  state.update()
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, i, f.rb)
+      .vectorize(vi)
+      .unroll(vo);
+
+  f.q.compute_at(out, task)
+      .bound_extent(i, t.query_tile)
+      .reorder_storage(i, d)
+      .reorder(i, d)
+      .vectorize(i, lanes);
+
+  // Everything below works on one key block of one query tile, query rows innermost.
+  Func scores = f.scores;
+  scores.compute_at(state, f.rb)
+      .reorder_storage(i, j)
+      .split(j, jo, ji, t.key_tile)
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, ji, jo)
+      .vectorize(qi)
+      .unroll(qo);
+  f.dot.compute_at(scores, jo).reorder_storage(i, j);
+  f.dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
+  f.dot.update()
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, j, f.rd)
+      .vectorize(qi)
+      .unroll(qo)
+      .unroll(j);
+
+  for (Func g : {f.block_max, f.block_sum}) {
+    g.compute_at(state, f.rb).split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
+    g.update().split(i, qo, qi, lanes).reorder(qi, qo, f.rk).vectorize(qi).unroll(qo);
+  }
+  f.probs.compute_at(state, f.rb)
+      .reorder_storage(i, j)
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, j)
+      .vectorize(qi)
+      .unroll(qo);
+
+  Func pv = f.block_pv;
+  pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  pv.update()
+      .split(i, ro, ri, t.pv_rows)
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, ri, f.rk, ro)
+      .vectorize(vi)
+      .unroll(vo)
+      .unroll(ri);
+}
+
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {
   const int lanes = info.f32_lanes;
   const int n_tile = t.n_vectors * lanes;

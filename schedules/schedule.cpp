@@ -2,7 +2,44 @@
 
 namespace attngen {
 
+namespace {
+
+// Shared memory of one CUDA thread block of schedule_attention_cuda (bytes): the running state
+// (3 floats per output element), the staged q rows, K and V blocks, scores and probs.
+int cuda_shared_bytes(int query_tile, int key_block, int dqk, int dv) {
+  return 4 * (3 * query_tile * dv + query_tile * dqk + key_block * (dqk + dv) +
+              2 * query_tile * key_block + 2 * query_tile);
+}
+
+// Kept under the 48 KiB a block gets without opting in, with room for occupancy.
+constexpr int kCudaSharedBudget = 40 * 1024;
+constexpr int kCudaQueryTile = 16;
+
+}  // namespace
+
+int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
+                      const Halide::Target& target) {
+  if (requested > 0) return requested;
+  if (!target.has_gpu_feature()) return 0;
+  int block = 32;
+  while (block > 8 &&
+         cuda_shared_bytes(kCudaQueryTile, block, head_dim_qk, head_dim_v) > kCudaSharedBudget) {
+    block /= 2;
+  }
+  return block;
+}
+
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info) {
+  if (info.isa == Isa::kCuda) {
+    if (t.query_tile <= 0) {
+      t.query_tile = kCudaQueryTile;
+      while (t.query_tile > 1 && cuda_shared_bytes(t.query_tile, spec.key_block, spec.head_dim_qk,
+                                                   spec.head_dim_v) > kCudaSharedBudget) {
+        t.query_tile /= 2;
+      }
+    }
+    return t;
+  }
   const int lanes = info.f32_lanes;
   if (t.query_tile <= 0) t.query_tile = 4 * lanes;  // measured: see cpu_simd.cpp
   // Round to whole vectors: producers vectorise along the query rows.
@@ -31,14 +68,25 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
   const TargetInfo info = target_info(target);
   switch (info.isa) {
     case Isa::kCuda:
-      throw Halide::CompileError("attngen: no CUDA schedule yet for attention");
+      if (spec.key_block <= 0) {
+        throw Halide::CompileError("attngen: the CUDA schedule needs key blocks (key_block > 0)");
+      }
+      schedule_attention_cuda(f, spec, info, resolve(tunables, spec, info));
+      return;
     case Isa::kAvx512:
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kSse41:
-      schedule_attention_simd(f, spec, info, resolve(tunables, spec, info));
+      if (spec.key_block > 0) {
+        schedule_attention_simd_blocked(f, spec, info, resolve(tunables, spec, info));
+      } else {
+        schedule_attention_simd(f, spec, info, resolve(tunables, spec, info));
+      }
       return;
     case Isa::kGeneric:
+      if (spec.key_block > 0) {
+        throw Halide::CompileError("attngen: key blocks need a SIMD or CUDA target");
+      }
       schedule_attention_generic(f, info);
       return;
   }
@@ -50,7 +98,8 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
   const TargetInfo info = target_info(target);
   switch (info.isa) {
     case Isa::kCuda:
-      throw Halide::CompileError("attngen: no CUDA schedule yet for linear");
+      schedule_linear_cuda(f, info);
+      return;
     case Isa::kAvx512:
     case Isa::kAvx2:
     case Isa::kNeon:

@@ -1,6 +1,6 @@
 // Schedules for the algorithm in generator/attention_algorithm.h. The generators call only
 // schedule_attention() and schedule_linear(); which schedule a target gets is decided once, in
-// schedule.cpp: autoscheduler -> GPU -> SIMD CPU (AVX-512, AVX2, NEON) -> generic.
+// schedule.cpp: autoscheduler -> CUDA -> SIMD CPU (AVX-512, AVX2, SSE4.1, NEON) -> generic.
 #pragma once
 
 #include "Halide.h"
@@ -11,7 +11,7 @@ namespace attngen {
 
 // Tunables of the tiled CPU schedules; 0 means "derive from the target" (see resolve()).
 struct AttentionTunables {
-  int query_tile = 0;  // query rows per parallel task; a multiple of the f32 vector width
+  int query_tile = 0;  // query rows per parallel task (CPU) or per thread block (GPU)
   int key_tile = 0;    // keys per register tile of the q.k product
   int pv_rows = 0;     // query rows per register tile of the probs.v product
 };
@@ -21,6 +21,10 @@ struct LinearTunables {
   int rows = 0;       // rows per register tile
   int row_block = 0;  // rows sharing one pass over a weight panel (cache blocking)
 };
+
+// The algorithm form a target's schedule uses (AttentionSpec::key_block). `requested` 0 means the
+// target's default: whole score rows on CPUs, key blocks sized to shared memory on GPUs.
+int resolve_key_block(int requested, int head_dim_qk, int head_dim_v, const Halide::Target& target);
 
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info);
 LinearTunables resolve(LinearTunables t, const TargetInfo& info);
@@ -35,6 +39,11 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t);
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
+void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
+                                     const TargetInfo& info, const AttentionTunables& t);
+void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                             const AttentionTunables& t);
+void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info);
 void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);
 

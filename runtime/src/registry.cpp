@@ -1,6 +1,9 @@
 // The dispatch table: kernels registered at run time, then the built-in ones generated from
 // generated/variants.cmake; selection by configuration and by what this CPU can run.
 #include <atomic>
+#if defined(__linux__)
+#include <dlfcn.h>
+#endif
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -30,7 +33,29 @@ size_t builtin_count() {
   return n;
 }
 
+// A CUDA driver with at least one device, probed once through dlopen: the runtime has no link
+// dependency on CUDA, and Halide's CUDA runtime loads the same library when a kernel runs.
+bool cuda_device_present() {
+  static const bool present = [] {
+#if defined(__linux__)
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (lib == nullptr) return false;
+    using InitFn = int (*)(unsigned);
+    using CountFn = int (*)(int*);
+    auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+    auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+    int devices = 0;
+    return init != nullptr && count != nullptr && init(0) == 0 && count(&devices) == 0 &&
+           devices > 0;
+#else
+    return false;
+#endif
+  }();
+  return present;
+}
+
 bool cpu_has(const char* isa) {
+  if (!std::strcmp(isa, "cuda")) return cuda_device_present();
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   if (!std::strcmp(isa, "avx512")) {
@@ -51,7 +76,9 @@ bool cpu_has(const char* isa) {
 #endif
 }
 
+// CPU ISAs by preference (lowest first); "cuda" is known but only chosen when forced.
 const char* const kIsas[] = {"generic", "sse41", "avx2", "neon", "avx512"};
+const char* const kCuda = "cuda";
 
 // The ISA set by attngen_set_isa(), or nullptr.
 std::atomic<const char*> g_forced_isa{nullptr};
@@ -126,7 +153,9 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!fits(*k, query)) continue;
-    if (forced != nullptr && std::strcmp(k->isa, forced) != 0) continue;
+    if (forced != nullptr ? std::strcmp(k->isa, forced) != 0 : !std::strcmp(k->isa, kCuda)) {
+      continue;  // a GPU kernel copies host buffers each call: used only when asked for
+    }
     if (!attngen_kernel_supported(k)) {
       unsupported_fit = true;
       continue;
@@ -186,13 +215,14 @@ attngen_status attngen_set_isa(const char* isa) {
     attngen::rt::g_forced_isa.store(nullptr);
     return attngen::rt::finish(c, nullptr);
   }
-  const char* known = nullptr;
+  const char* known = !std::strcmp(isa, attngen::rt::kCuda) ? attngen::rt::kCuda : nullptr;
   for (const char* k : attngen::rt::kIsas) {
     if (!std::strcmp(k, isa)) known = k;
   }
   if (known == nullptr) {
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-           std::string("unknown ISA '") + isa + "', expected generic, sse41, avx2, avx512 or neon");
+           std::string("unknown ISA '") + isa +
+               "', expected generic, sse41, avx2, avx512, neon or cuda");
   } else if (!attngen::rt::cpu_has(known)) {
     c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
            std::string("this machine cannot run ") + known + " kernels");

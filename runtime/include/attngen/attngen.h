@@ -134,8 +134,10 @@ const char* attngen_status_name(attngen_status status);
 /* Threads used by the kernels (0: one per core, the default). */
 attngen_status attngen_set_num_threads(int threads);
 
-/* Restricts automatic kernel choice to one instruction set ("avx512", "avx2", "sse41", "neon"),
- * e.g. to compare variants; NULL or "" restores the default (the best this CPU runs).
+/* Restricts automatic kernel choice to one instruction set ("avx512", "avx2", "sse41", "neon",
+ * "cuda"), e.g. to compare variants; NULL or "" restores the default: the best CPU ISA this
+ * machine runs. CUDA kernels take host tensors, copy them to the GPU and back on every call,
+ * and are chosen automatically only while "cuda" is set here (or when named in the options).
  * ATTNGEN_ERROR_UNSUPPORTED_TARGET if this machine cannot run that ISA,
  * ATTNGEN_ERROR_INVALID_ARGUMENT for an unknown name; the setting is process-wide. */
 attngen_status attngen_set_isa(const char* isa);

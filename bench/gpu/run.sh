@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU, in one run: build (or reuse a build tree), run the CUDA
+# kernels' correctness tests (failing if they are skipped for want of a GPU), time them with
+# device-resident tensors, time PyTorch's scaled_dot_product_attention (fp32, same shapes) and
+# print a ratio table.
+#   bash bench/gpu/run.sh [build dir]      (default build/gpu; an existing tree is reused)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build="${1:-build/gpu}"
+if [ ! -x "$build/bench/gpu/attngen_cuda_bench" ] || [ ! -x "$build/tests/attngen_tests" ]; then
+  bash tools/setup.sh
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNGEN_CUDA=ON \
+    -DATTNGEN_SANITIZE_TESTS=OFF
+  cmake --build "$build" --target attngen_tests attngen_cuda_bench
+fi
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+out="$build/gpu-results"
+mkdir -p "$out"
+
+echo "== CUDA correctness (the main suite's cases, CUDA kernels only)"
+"$build/tests/attngen_tests" --gtest_filter='*_cuda*:AttentionDispatch.*' --gtest_brief=1 \
+  | tee "$out/tests.log"
+if grep -q '^\[  SKIPPED' "$out/tests.log"; then
+  echo "FAIL: CUDA tests were skipped: no usable CUDA device" >&2
+  exit 1
+fi
+
+echo "== timing attngen (CUDA)"
+"$build/bench/gpu/attngen_cuda_bench" | tee "$out/attngen.csv"
+echo "== timing PyTorch SDPA"
+if python3 -c 'import torch' 2> /dev/null; then
+  python3 bench/gpu/sdpa_peer.py | tee "$out/torch.csv"
+else
+  echo "torch is not installed here (pip install torch); table without the peer" >&2
+  echo "B,H,S,D,causal,ms,gflops" > "$out/torch.csv"
+fi
+
+echo "== ratio table (attngen time / torch time: below 1 is faster)"
+awk -F, 'NR == FNR { if (FNR > 1) t[$1","$2","$3","$4","$5] = $6; next }
+         FNR == 1 { printf "%-34s %-16s %10s %10s %8s %8s\n", "kernel", "B,H,S,D", "attngen ms", "torch ms", "GFLOP/s", "ratio"; next }
+         { key = $2","$3","$4","$5","$6; tm = (key in t) ? t[key] : "";
+           printf "%-34s %-16s %10.3f %10s %8.1f %8s\n", $1, $2","$3","$4","$5, $7,
+                  (tm == "" ? "-" : tm), $8, (tm == "" ? "-" : sprintf("%.2f", $7 / tm)) }' \
+  "$out/torch.csv" "$out/attngen.csv" | tee "$out/table.txt"
