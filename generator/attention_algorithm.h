@@ -24,6 +24,9 @@ struct AttentionSpec {
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
   // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
   int key_block = 0;
+  // Key-block form only: query rows per tile, the unit of block skipping. Schedules compute the
+  // state one tile at a time (it is their query tile).
+  int query_tile = 64;
 };
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
@@ -36,6 +39,7 @@ struct AttentionInputs {
 
 struct AttentionFuncs {
   Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"}, kb{"kb"};
+  Halide::Var qi{"qi"}, qt{"qt"};  // key-block form: query row i = qt * query_tile + qi
   Halide::RDom rd, rj;
   Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
@@ -49,11 +53,11 @@ struct AttentionFuncs {
   Halide::Func acc;      // (d, i, h, b) sum_j probs * v
   // Key blocks with an online softmax (spec.key_block > 0); probs is relative to block_max.
   Halide::RDom rk;         // keys of one block: j = kb * key_block + rk
-  Halide::RDom rb;         // the key blocks, in order
+  Halide::RDom rb;         // the key blocks a query tile visits, in order
   Halide::Func block_max;  // (kb, i, h, b)
   Halide::Func block_sum;  // (kb, i, h, b)
   Halide::Func block_pv;   // (d, kb, i, h, b) sum over the block of probs * v
-  Halide::Func state;      // (d, i, h, b) Tuple(acc, running max, running sum) after block rb
+  Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
   Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
 };
 

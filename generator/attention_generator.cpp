@@ -50,8 +50,13 @@ class Attention : public Generator<Attention> {
     spec.mask = mask_kind;
     spec.mask_tensor = mask_tensor;
     spec.softcap = softcap;
-    spec.key_block =
-        attngen::resolve_key_block(key_block, spec.head_dim_qk, spec.head_dim_v, get_target());
+    spec.key_block = key_block;
+    attngen::AttentionTunables requested;
+    requested.query_tile = query_tile;
+    requested.key_tile = key_tile;
+    requested.pv_rows = pv_rows;
+    const attngen::AttentionTunables tunables =
+        attngen::plan_attention(spec, requested, get_target());
 
     attngen::AttentionInputs in;
     in.q = q;
@@ -93,10 +98,6 @@ class Attention : public Generator<Attention> {
     f.out.compute_inline();
     attngen::AttentionFuncs fs = f;
     fs.out = out;
-    attngen::AttentionTunables tunables;
-    tunables.query_tile = query_tile;
-    tunables.key_tile = key_tile;
-    tunables.pv_rows = pv_rows;
     attngen::schedule_attention(fs, spec, get_target(), get_auto_schedule(), tunables);
   }
 };

@@ -42,7 +42,7 @@ class Mha : public Generator<Mha> {
     attngen::AttentionSpec spec;
     spec.head_dim_qk = spec.head_dim_v = dh;
     spec.mask = mask_kind;
-    spec.key_block = attngen::resolve_key_block(0, dh, dh, get_target());
+    const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");
     attngen::AttentionInputs in;
@@ -88,7 +88,7 @@ class Mha : public Generator<Mha> {
     qkv.compute_root();
     attngen::schedule_linear(in_proj, t, false);
     attn.out.compute_root();
-    attngen::schedule_attention(attn, spec, t, false);
+    attngen::schedule_attention(attn, spec, t, false, tunables);
     out_proj.out.compute_inline();
     attngen::LinearFuncs outs = out_proj;
     outs.out = y;

@@ -116,11 +116,11 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 
   // The running (acc, max, sum) of the tile, updated once per key block.
   Func state = f.state;
-  state.compute_at(out, task).bound_extent(i, t.query_tile);
+  state.compute_at(out, task).bound(f.qi, 0, t.query_tile);
   state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   state.update()
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, i, f.rb)
+      .reorder(vi, vo, f.qi, f.rb)
       .vectorize(vi)
       .unroll(vo);
 

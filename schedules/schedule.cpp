@@ -54,6 +54,14 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
   return t;
 }
 
+AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
+                                 const Halide::Target& target) {
+  spec.key_block = resolve_key_block(spec.key_block, spec.head_dim_qk, spec.head_dim_v, target);
+  const AttentionTunables t = resolve(requested, spec, target_info(target));
+  if (spec.key_block > 0) spec.query_tile = t.query_tile;
+  return t;
+}
+
 LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.n_vectors <= 0) t.n_vectors = 3;
   if (t.rows <= 0) t.rows = std::max(1, info.accumulators / t.n_vectors);

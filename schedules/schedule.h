@@ -27,6 +27,12 @@ struct LinearTunables {
 int resolve_key_block(int requested, int head_dim_qk, int head_dim_v, const Halide::Target& target);
 
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info);
+
+// Fixes the algorithm's form for a target before it is defined: spec.key_block (0 = the
+// target's default) and, in the key-block form, spec.query_tile = the schedule's query tile.
+// Returns the resolved tunables, to pass on to schedule_attention().
+AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
+                                 const Halide::Target& target);
 LinearTunables resolve(LinearTunables t, const TargetInfo& info);
 
 void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
