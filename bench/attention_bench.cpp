@@ -3,12 +3,29 @@
 // FLOPs follow FlashAttention's convention: 4 * B * H * Sq * Skv * D (halved for causal).
 //
 //   build/bench/attngen_bench --benchmark_counters_tabular=true
+//
+// With shape files of real models (bench/shapes/*.txt, lines "name B H S D [causal]"), given as
+// --shapes=a.txt,b.txt (repeatable) or ATTNGEN_SHAPES=a.txt,b.txt, it also registers per shape
+//   attngen/<name>/...            attngen_attention() with automatic kernel choice (label: the
+//                                 kernel that ran; skipped with a reason when none fits)
+//   openblas_composed/<name>/...  per (b, h): cblas_sgemm Q K^T * scale, stable softmax (causal
+//                                 mask when causal), cblas_sgemm P V
+// and attngen_mha/B4_S512_E768_H12 (the MHA layer, automatic choice). --threads=N (default: one
+// per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
+// bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attngen/attngen.h"
@@ -66,9 +83,9 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
   set_gflops(state, flops);
 }
 
-void mha(benchmark::State& state, const attngen_kernel_info* kernel, int64_t B, int64_t S,
-         int64_t E) {
-  const int64_t H = E / kernel->head_dim_qk;
+// kernel_name NULL: automatic choice, as a user's call would get.
+void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mask, int64_t B,
+         int64_t S, int64_t E, int64_t H) {
   std::vector<float> x = random_vector(B * S * E, 1), in_w = random_vector(3 * E * E, 2);
   std::vector<float> out_w = random_vector(E * E, 3), y(B * S * E);
   const int64_t xs[] = {B, S, E}, iws[] = {3 * E, E}, ows[] = {E, E};
@@ -79,16 +96,17 @@ void mha(benchmark::State& state, const attngen_kernel_info* kernel, int64_t B, 
   attngen_mha_weights w{&tiw, nullptr, &tow, nullptr};
   attngen_mha_options opt{};
   opt.num_heads = H;
-  opt.mask = kernel->mask;
-  opt.kernel = kernel->name;
+  opt.mask = mask;
+  opt.kernel = kernel_name;
   for (auto _ : state) {
     if (attngen_mha(&tx, &w, &ty, &opt) != ATTNGEN_OK) {
       state.SkipWithError(attngen_last_error());
       break;
     }
   }
+  if (!state.error_occurred()) state.SetLabel(attngen_last_kernel());
   const double proj = 2.0 * B * S * E * (4.0 * E);
-  const double attn = 4.0 * B * S * S * E * (kernel->mask == ATTNGEN_MASK_CAUSAL ? 0.5 : 1);
+  const double attn = 4.0 * B * S * S * E * (mask == ATTNGEN_MASK_CAUSAL ? 0.5 : 1);
   set_gflops(state, proj + attn);
 }
 
@@ -105,13 +123,209 @@ void sgemm(benchmark::State& state) {
   set_gflops(state, 2.0 * n * n * n);
 }
 
+// ---- Shapes of real models, attngen with automatic choice, and the composed OpenBLAS peer ----
+
+struct ModelShape {
+  std::string name;
+  int64_t b, h, s, d;
+  bool causal;
+};
+
+std::string describe(const ModelShape& m) {
+  return "B" + std::to_string(m.b) + "_H" + std::to_string(m.h) + "_S" + std::to_string(m.s) +
+         "_D" + std::to_string(m.d) + (m.causal ? "_causal" : "");
+}
+
+double attention_flops(const ModelShape& m) {
+  return 4.0 * m.b * m.h * m.s * m.s * m.d * (m.causal ? 0.5 : 1.0);
+}
+
+// Appends the shapes of one file; on a malformed line says where and returns false.
+bool read_shape_file(const std::string& path, std::vector<ModelShape>* shapes) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "attngen_bench: cannot read shape file %s\n", path.c_str());
+    return false;
+  }
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    ModelShape m{};
+    if (!(fields >> m.name)) continue;  // blank or comment
+    std::string mask, extra;
+    const bool sizes = static_cast<bool>(fields >> m.b >> m.h >> m.s >> m.d);
+    fields >> mask >> extra;
+    m.causal = mask == "causal";
+    if (!sizes || m.b <= 0 || m.h <= 0 || m.s <= 0 || m.d <= 0 ||
+        !(mask.empty() || mask == "causal" || mask == "dense") || !extra.empty()) {
+      std::fprintf(stderr, "attngen_bench: %s:%d: expected \"name B H S D [causal]\", got \"%s\"\n",
+                   path.c_str(), number, line.c_str());
+      return false;
+    }
+    shapes->push_back(m);
+  }
+  return true;
+}
+
+// Comma-separated list of shape files.
+bool read_shape_files(const std::string& list, std::vector<ModelShape>* shapes) {
+  std::istringstream paths(list);
+  std::string path;
+  while (std::getline(paths, path, ',')) {
+    if (!path.empty() && !read_shape_file(path, shapes)) return false;
+  }
+  return true;
+}
+
+int g_threads = 1;  // set in main: --threads or one per core
+
+void attngen_auto(benchmark::State& state, ModelShape m) {
+  std::vector<float> q = random_vector(m.b * m.s * m.h * m.d, 1);
+  std::vector<float> k = random_vector(q.size(), 2), v = random_vector(q.size(), 3), o(q.size());
+  const int64_t shape[] = {m.b, m.s, m.h, m.d};
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = m.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
+  // One untimed call: finds out whether any kernel fits (a skipped row if not) and warms up.
+  const attngen_status st = attngen_attention(&tq, &tk, &tv, &to, &opt);
+  if (st != ATTNGEN_OK) {
+    const std::string why = st == ATTNGEN_ERROR_NO_KERNEL
+                                ? "no kernel for D" + std::to_string(m.d) + ": "
+                                : std::string(attngen_status_name(st)) + ": ";
+    state.SkipWithError((why + attngen_last_error()).c_str());
+    return;
+  }
+  const std::string kernel = attngen_last_kernel();
+  for (auto _ : state) {
+    if (attngen_attention(&tq, &tk, &tv, &to, &opt) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(kernel);
+  set_gflops(state, attention_flops(m));
+}
+
+// Rows of one head's score matrix become probabilities in place: scores of masked keys (j > i
+// when causal; Sq = Skv, so top-left and bottom-right alignment agree) become 0.
+void softmax_row(float* row, int64_t i, int64_t n, bool causal) {
+  const int64_t valid = causal ? i + 1 : n;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < valid; ++j) max = std::max(max, row[j]);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < valid; ++j) {
+    row[j] = std::exp(row[j] - max);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
+  std::fill(row + valid, row + n, 0.0f);
+}
+
+// The softmax runs on as many threads as the GEMMs (rows dealt round-robin, which also balances
+// the causal triangle), so the peer is not held back by a serial step between two threaded ones.
+void softmax_rows(float* scores, int64_t n, bool causal) {
+  auto work = [=](int t) {
+    for (int64_t i = t; i < n; i += g_threads) softmax_row(scores + i * n, i, n, causal);
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < g_threads; ++t) helpers.emplace_back(work, t);
+  work(0);
+  for (std::thread& h : helpers) h.join();
+}
+
+void openblas_composed(benchmark::State& state, ModelShape m) {
+  const int64_t B = m.b, H = m.h, S = m.s, D = m.d,
+                ld = H * D;  // BSHD: rows of a head are H*D apart
+  std::vector<float> q = random_vector(B * S * H * D, 1);
+  std::vector<float> k = random_vector(q.size(), 2), v = random_vector(q.size(), 3), o(q.size());
+  std::vector<float> scores(S * S);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int n = static_cast<int>(S), d = static_cast<int>(D), lda = static_cast<int>(ld);
+  for (auto _ : state) {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t head = b * S * ld + h * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, q.data() + head, lda,
+                    k.data() + head, lda, 0.0f, scores.data(), n);
+        softmax_rows(scores.data(), S, m.causal);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f, scores.data(), n,
+                    v.data() + head, lda, 0.0f, o.data() + head, lda);
+      }
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  set_gflops(state, attention_flops(m));
+}
+
+void register_shape(const ModelShape& m) {
+  const std::string suffix = "/" + m.name + "/" + describe(m);
+  benchmark::RegisterBenchmark(("attngen" + suffix).c_str(), attngen_auto, m)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("openblas_composed" + suffix).c_str(), openblas_composed, m)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// Removes "--name=value" arguments (every occurrence) from argv and returns their values.
+std::vector<std::string> take_flag(const char* name, int* argc, char** argv) {
+  const std::string prefix = std::string("--") + name + "=";
+  std::vector<std::string> values;
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.compare(0, prefix.size(), prefix) == 0) {
+      values.push_back(arg.substr(prefix.size()));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  return values;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Our flags go before benchmark::Initialize, which rejects flags it does not know.
+  std::vector<std::string> shape_lists = take_flag("shapes", &argc, argv);
+  const std::vector<std::string> threads = take_flag("threads", &argc, argv);
+  if (shape_lists.empty() && std::getenv("ATTNGEN_SHAPES") != nullptr) {
+    shape_lists.push_back(std::getenv("ATTNGEN_SHAPES"));
+  }
+  g_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!threads.empty()) {
+    g_threads = std::atoi(threads.back().c_str());
+    if (g_threads <= 0) {
+      std::fprintf(stderr, "attngen_bench: --threads must be a positive number\n");
+      return 1;
+    }
+  }
+  attngen_set_num_threads(g_threads);
+  openblas_set_num_threads(g_threads);
+  benchmark::AddCustomContext("threads", std::to_string(g_threads));
+  benchmark::AddCustomContext("attngen_isa", attngen_isa());
+
   benchmark::RegisterBenchmark("openblas_sgemm", sgemm)
       ->Arg(2048)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  if (!shape_lists.empty()) {
+    std::vector<ModelShape> shapes;
+    for (const std::string& list : shape_lists) {
+      if (!read_shape_files(list, &shapes)) return 1;
+    }
+    for (const ModelShape& m : shapes) register_shape(m);
+    benchmark::RegisterBenchmark("attngen_mha/B4_S512_E768_H12", mha, nullptr, ATTNGEN_MASK_NONE, 4,
+                                 512, 768, 12)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!attngen_kernel_supported(k)) continue;
@@ -125,7 +339,8 @@ int main(int argc, char** argv) {
       }
     } else if (k->op == ATTNGEN_OP_MHA) {
       const std::string name = std::string(k->name) + "/B4_S512_E768";
-      benchmark::RegisterBenchmark(name.c_str(), mha, k, 4, 512, 768)
+      benchmark::RegisterBenchmark(name.c_str(), mha, k->name, k->mask, 4, 512, 768,
+                                   768 / k->head_dim_qk)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -1,0 +1,156 @@
+"""Ratio table and bar plot from one run of bench/run_peers.sh.
+
+    python3 bench/report.py --bench out/attngen.json --peers out/peers.jsonl --out-dir out \
+        bench/shapes/*.txt
+
+Reads Google Benchmark's JSON (attngen/..., openblas_composed/..., attngen_mha/...,
+openblas_sgemm/2048) and the peers' JSON lines, prints a Markdown table (also written to
+<out-dir>/table.md) and writes <out-dir>/gflops.png. "x" columns are peer time / attngen time:
+above 1 attngen is faster, below 1 it loses (marked "**lose**").
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+import common  # noqa: E402
+
+# Table columns for the peers, and which peer programs fill them.
+PEERS = [("openblas_composed", "composed OpenBLAS"), ("torch", "PyTorch"), ("ort", "ONNX Runtime")]
+PEER_COLUMN = {"openblas_composed": "openblas_composed", "torch_sdpa": "torch", "torch_mha": "torch", "ort_mha": "ort"}
+
+
+def read_bench(path):
+    """{(column, shape): result} from Google Benchmark's JSON, and the sgemm ceiling."""
+    with open(path) as f:
+        data = json.load(f)
+    runs = data["benchmarks"]
+    if any(r.get("run_type") == "aggregate" for r in runs):  # --benchmark_repetitions: medians
+        runs = [r for r in runs if r.get("aggregate_name") == "median" or r.get("error_occurred")]
+    results, ceiling = {}, None
+    for r in runs:
+        name = r.get("run_name", r["name"])
+        parts = name.split("/")
+        if r.get("error_occurred"):
+            result = {"error": r.get("error_message", "skipped")}
+        else:
+            to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
+            result = {"ms": r["real_time"] * to_ms, "gflops": r["GFLOP/s"] / 1e9, "label": r.get("label", "")}
+        if parts[0] == "openblas_sgemm":
+            ceiling = result
+        elif parts[0] in ("attngen", "openblas_composed"):
+            results[(parts[0], parts[1])] = result
+        elif parts[0] == "attngen_mha":
+            results[("attngen", common.MHA_LAYER["name"])] = result
+    return data.get("context", {}), results, ceiling
+
+
+def read_peers(path, results):
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            results[(PEER_COLUMN.get(row["peer"], row["peer"]), row["shape"])] = row
+
+
+def rows(shapes):
+    """(shape name, dims, results of each column) in the order of the shape files, MHA last."""
+    out = []
+    for s in shapes:
+        dims = f"B{s['b']} H{s['h']} S{s['s']} D{s['d']}" + (" causal" if s["causal"] else "")
+        out.append((s["name"], dims))
+    layer = common.MHA_LAYER
+    out.append((layer["name"], f"MHA layer B{layer['b']} S{layer['s']} E{layer['e']} H{layer['h']}"))
+    return out
+
+
+def markdown(shapes, results, ceiling, context):
+    head = ["shape", "sizes", "attngen kernel", "attngen ms", "GFLOP/s", "% of sgemm"]
+    for _, title in PEERS:
+        head += [f"{title} ms", "x"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    wins = losses = 0
+    for name, dims in rows(shapes):
+        ours = results.get(("attngen", name), {"error": "not run"})
+        if "error" in ours:
+            # "no kernel for D128: <the runtime's message>": the reason here, the message below
+            cells = [name, dims, f"skipped: {ours['error'].split(':')[0]}", "–", "–", "–"]
+        else:
+            share = f"{100 * ours['gflops'] / ceiling['gflops']:.0f}%" if ceiling and "gflops" in ceiling else "–"
+            cells = [name, dims, f"`{ours['label']}`", f"{ours['ms']:.3f}", f"{ours['gflops']:.1f}", share]
+        for column, _ in PEERS:
+            peer = results.get((column, name))
+            if peer is None:
+                cells += ["–", "–"]
+            elif "error" in peer:
+                cells += ["n/a", "–"]
+            elif "error" in ours:
+                cells += [f"{peer['ms']:.3f}", "–"]
+            else:
+                ratio = peer["ms"] / ours["ms"]
+                wins, losses = wins + (ratio >= 1), losses + (ratio < 1)
+                cells += [f"{peer['ms']:.3f}", f"{ratio:.2f}" + (" **lose**" if ratio < 1 else "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = []
+    if ceiling and "gflops" in ceiling:
+        notes.append(f"OpenBLAS sgemm 2048³ (the ceiling): {ceiling['gflops']:.1f} GFLOP/s, {ceiling['ms']:.2f} ms.")
+    notes.append(f"Threads: {context.get('threads', '?')}; attngen ISA: {context.get('attngen_isa', '?')}. "
+                 "x = peer ms / attngen ms (above 1: attngen faster). "
+                 "FLOPs: 4·B·H·S²·D, halved for causal; MHA layer adds the projections 8·B·S·E².")
+    notes.append(f"attngen faster in {wins} of {wins + losses} comparisons.")
+    for (column, name), r in sorted(results.items()):
+        if "error" in r:
+            notes.append(f"{column} on {name}: {r['error']}")
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def plot(shapes, results, ceiling, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [name for name, _ in rows(shapes)]
+    columns = [("attngen", "attngen")] + PEERS
+    width = 0.8 / len(columns)
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(names)), 4.5))
+    for i, (column, title) in enumerate(columns):
+        values = [results.get((column, n), {}).get("gflops", 0.0) for n in names]
+        ax.bar([x + (i - (len(columns) - 1) / 2) * width for x in range(len(names))], values, width, label=title)
+    if ceiling and "gflops" in ceiling:
+        ax.axhline(ceiling["gflops"], color="black", linestyle="--", linewidth=1, label="OpenBLAS sgemm 2048³")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20)
+    ax.set_ylabel("GFLOP/s (FlashAttention convention)")
+    ax.set_title("fp32 attention on the CPU (missing bar: not run / no kernel)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bench", required=True, help="Google Benchmark JSON of attngen_bench")
+    parser.add_argument("--peers", required=True, help="JSON lines of bench/peers/*.py")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("shape_files", nargs="+")
+    args = parser.parse_args()
+    shapes = common.read_shapes(args.shape_files)
+    context, results, ceiling = read_bench(args.bench)
+    read_peers(args.peers, results)
+    table = markdown(shapes, results, ceiling, context)
+    print(table)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "table.md"), "w") as f:
+        f.write(table)
+    try:
+        plot(shapes, results, ceiling, os.path.join(args.out_dir, "gflops.png"))
+    except ImportError as e:
+        print(f"no plot: {e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

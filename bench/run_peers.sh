@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# attngen against its CPU peers, in one run, on shape files of real models:
+#   attngen_attention() (automatic kernel choice) and attngen_mha(), the composed OpenBLAS
+#   attention (sgemm, softmax, sgemm) and OpenBLAS sgemm 2048³ (the ceiling), all from
+#   attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention.
+# Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen.json,
+# peers.jsonl, table.md, gflops.png}.
+#
+#   bash bench/run_peers.sh [--threads N] [--build DIR] [--min-time SECONDS] [shape files...]
+#
+#   --threads N    threads for attngen, OpenBLAS and every peer (default: one per core)
+#   --build DIR    use DIR/bench/attngen_bench as built there (default: configure and build
+#                  build/release with the release preset)
+#   --min-time S   seconds of timing per benchmark (default 0.5); attngen_bench repeats each
+#                  3 times and the peers at least 3 calls: every number is a median
+#   shape files    default: bench/shapes/*.txt
+#
+# The Python peers (torch, onnxruntime, onnx, matplotlib, numpy) are installed with pip when
+# missing; this script is the only place that does so.
+set -euo pipefail
+threads=$(nproc)
+build=""
+min_time=0.5
+shapes=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) threads="$2"; shift 2 ;;
+    --build) build="$(realpath "$2")"; shift 2 ;;
+    --min-time) min_time="$2"; shift 2 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "run_peers.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) shapes+=("$(realpath "$1")"); shift ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+[ ${#shapes[@]} -gt 0 ] || shapes=("$PWD"/bench/shapes/*.txt)
+python="${PYTHON:-python3}"
+out=bench/out
+mkdir -p "$out"
+start=$SECONDS
+
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model name: *//p'), $threads threads"
+echo "== load average $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every number)"
+
+echo "== peers: installing what is missing"
+if ! "$python" -c 'import torch' 2> /dev/null; then
+  # The CPU-only wheel is the small one; where its index cannot be reached, PyPI's torch (larger,
+  # with CUDA libraries it does not use here) computes the same on the CPU.
+  "$python" -m pip install torch --index-url https://download.pytorch.org/whl/cpu \
+    || "$python" -m pip install torch \
+    || echo "run_peers.sh: torch could not be installed; its rows will say so" >&2
+fi
+missing=()
+for module in onnxruntime onnx matplotlib numpy; do
+  "$python" -c "import $module" 2> /dev/null || missing+=("$module")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  "$python" -m pip install "${missing[@]}" \
+    || echo "run_peers.sh: could not install ${missing[*]}; those rows will say so" >&2
+fi
+
+if [ -z "$build" ]; then
+  echo "== building attngen_bench (build/release)"
+  bash tools/setup.sh
+  cmake --preset release
+  cmake --build --preset release --target attngen_bench
+  build="$PWD/build/release"
+fi
+bench="$build/bench/attngen_bench"
+if [ ! -x "$bench" ]; then
+  echo "run_peers.sh: no $bench (build the attngen_bench target there)" >&2
+  exit 1
+fi
+
+echo "== attngen and OpenBLAS"
+shape_list=$(IFS=,; echo "${shapes[*]}")
+"$bench" --shapes="$shape_list" --threads="$threads" \
+  --benchmark_filter='^(attngen/|attngen_mha/|openblas_composed/|openblas_sgemm/)' \
+  --benchmark_min_time="$min_time" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_counters_tabular=true \
+  --benchmark_out="$out/attngen.json" --benchmark_out_format=json
+
+echo "== peers"
+: > "$out/peers.jsonl"
+for peer in torch_sdpa ort_mha; do
+  "$python" "bench/peers/$peer.py" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
+    | tee -a "$out/peers.jsonl" || echo "run_peers.sh: $peer failed (rows missing)" >&2
+done
+"$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" \
+  | tee -a "$out/peers.jsonl" || echo "run_peers.sh: torch_mha failed (row missing)" >&2
+
+echo "== table (bench/out/table.md, bench/out/gflops.png)"
+"$python" bench/report.py --bench "$out/attngen.json" --peers "$out/peers.jsonl" --out-dir "$out" \
+  "${shapes[@]}"
+echo "== took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
