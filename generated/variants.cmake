@@ -1,25 +1,40 @@
 # THE list of kernel variants attngen builds. Everything else derives from it: the build rules
 # (attngen_add_kernel), the runtime's dispatch table (attngen_write_registry), and through that
 # table the test cases and benchmark registrations, which iterate over the built-in kernels.
-# Name scheme: docs/variants.md.
 #
-# Each entry: ISA-independent parameters; the list is generated for every ISA in
-# ATTNGEN_KERNEL_ISAS. Key block 0 is the ISA's default form (whole score rows on CPUs, key
-# blocks on CUDA); a number asks for the online-softmax form with blocks of that many keys.
-# When two kernels fit a call equally well, the runtime takes the one listed first.
+# Each entry is the arguments of one attngen_add_kernel() call (cmake/AttngenKernels.cmake
+# documents every one; names follow docs/variants.md), generated for every ISA in
+# ATTNGEN_KERNEL_ISAS. When two kernels fit a call equally well, the runtime takes the one
+# listed first.
 set(ATTNGEN_VARIANTS
-    # op        head dim (qk v)  mask    mask tensor  softcap  key block
-    "attention  64 64            none    none         0        0"
-    "attention  64 64            causal  none         0        0"
-    "attention  80 80            causal  none         0        0"
-    "attention  40 24            none    none         0        0"
-    "attention  64 64            none    bool         0        0"
-    "attention  64 64            causal  additive     0        0"
-    "attention  64 64            causal  none         1        0"
-    "attention  64 64            none    none         0        64"
-    "attention  64 64            causal  none         0        64"
-    "attention  40 24            causal  bool         0        32"
-    "linear     -  -             none    none         0        0"
-    "mha        64 64            none    none         0        0"
-    "mha        64 64            causal  none         0        0"
+    # Dense attention: head dims, masks, mask tensors, soft cap.
+    "OP attention HEAD_DIM 64"
+    "OP attention HEAD_DIM 64 MASK causal"
+    "OP attention HEAD_DIM 80 MASK causal"
+    "OP attention HEAD_DIM 40 HEAD_DIM_V 24"
+    "OP attention HEAD_DIM 64 MASK_TENSOR bool"
+    "OP attention HEAD_DIM 64 MASK causal MASK_TENSOR additive"
+    "OP attention HEAD_DIM 64 MASK causal SOFTCAP"
+    # The key-block (online softmax) form asked for explicitly.
+    "OP attention HEAD_DIM 64 KEY_BLOCK 64"
+    "OP attention HEAD_DIM 64 MASK causal KEY_BLOCK 64"
+    "OP attention HEAD_DIM 40 HEAD_DIM_V 24 MASK causal MASK_TENSOR bool KEY_BLOCK 32"
+    # Sparse patterns (docs/semantics.md), alone and with causal.
+    "OP attention HEAD_DIM 64 PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 255 WINDOW_RIGHT 0"
+    "OP attention HEAD_DIM 64 PATTERN strided STRIDE 16"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN strided STRIDE 16"
+    "OP attention HEAD_DIM 64 PATTERN block_sparse BLOCK 64"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN block_sparse BLOCK 64"
+    "OP attention HEAD_DIM 64 PATTERN global_local GLOBAL_TOKENS 4 LOCAL 16"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN global_local GLOBAL_TOKENS 4 LOCAL 16"
+    # Inspection: attention weights and row log-sum-exp as extra outputs.
+    "OP attention HEAD_DIM 64 WEIGHTS LSE"
+    "OP attention HEAD_DIM 64 MASK causal LSE"
+    "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31 WEIGHTS"
+    # Layers.
+    "OP linear"
+    "OP mha HEAD_DIM 64"
+    "OP mha HEAD_DIM 64 MASK causal"
 )

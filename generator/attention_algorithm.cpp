@@ -14,6 +14,72 @@ Expr softmax_exp(const Expr& x) {
 
 namespace {
 
+// Whether query position p (query index i) attends key j under the pattern.
+Expr pattern_attends(const PatternSpec& ps, const Expr& p, const Expr& i, const Expr& j,
+                     const AttentionInputs& in) {
+  switch (ps.kind) {
+    case Pattern::kNone:
+      return Internal::const_true();
+    case Pattern::kWindow: {
+      Expr in_window = Internal::const_true();
+      if (ps.left >= 0) in_window = in_window && j >= p - ps.left;
+      if (ps.right >= 0) in_window = in_window && j <= p + ps.right;
+      return in_window;
+    }
+    case Pattern::kStrided:
+      return abs(p - j) < ps.stride || (p - j) % ps.stride == 0;
+    case Pattern::kBlockSparse:
+      return in.layout(j / ps.block, i / ps.block) != 0;
+    case Pattern::kGlobalLocal:
+      return abs(p - j) <= ps.local || j < ps.global_tokens || p < ps.global_tokens;
+  }
+  return Internal::const_true();
+}
+
+// Whether keys [k0, k1] may hold an attended key for some query of positions [p0, p1] (query
+// indices [i0, ...]): false only where the pattern excludes the whole block. Block-sparse
+// relies on the query tile and the key block each lying in one layout block (plan_attention).
+Expr pattern_visits(const PatternSpec& ps, const Expr& p0, const Expr& p1, const Expr& i0,
+                    const Expr& k0, const Expr& k1, const AttentionInputs& in) {
+  switch (ps.kind) {
+    case Pattern::kNone:
+      return Internal::const_true();
+    case Pattern::kWindow: {
+      Expr visit = Internal::const_true();
+      if (ps.left >= 0) visit = visit && k1 >= p0 - ps.left;
+      if (ps.right >= 0) visit = visit && k0 <= p1 + ps.right;
+      return visit;
+    }
+    case Pattern::kStrided: {
+      // Near the diagonal, or p - j a multiple of the stride for some pair: the differences
+      // span [p0 - k1, p1 - k0]; its largest multiple of the stride must not fall below it.
+      Expr band = k1 > p0 - ps.stride && k0 < p1 + ps.stride;
+      Expr multiple = ((p1 - k0) / ps.stride) * ps.stride >= p0 - k1;  // floor division
+      return band || multiple;
+    }
+    case Pattern::kBlockSparse:
+      return in.layout(k0 / ps.block, i0 / ps.block) != 0;
+    case Pattern::kGlobalLocal:
+      return (k1 >= p0 - ps.local && k0 <= p1 + ps.local) || k0 < ps.global_tokens ||
+             p0 < ps.global_tokens;
+  }
+  return Internal::const_true();
+}
+
+// The optional outputs, from a row's final max m (of the scores) and sum l (of exp(s - m)).
+void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Expr& m,
+                          const Expr& l) {
+  const Var &j = f.j, &i = f.i, &h = f.h, &b = f.b;
+  if (spec.weights) {
+    f.weights = Func("weights");
+    f.weights(j, i, h, b) = select(l > 0.0f, softmax_exp(f.scores(j, i, h, b) - m) / l, 0.0f);
+  }
+  if (spec.lse) {
+    f.lse = Func("lse");
+    f.lse(i, h, b) = select(l > 0.0f, m + log(l), Expr(-std::numeric_limits<float>::infinity()));
+  }
+}
+
 // FlashAttention's merge: per key block its max, exps relative to that max, their sum and their
 // product with V; then the blocks are folded in order into a running (acc, max, sum), rescaling
 // what came before whenever the max grows. Every term is exp(x) with x <= 0, as in the row form.
@@ -39,10 +105,13 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   // Key blocks with at least one attended key for some row of tile qt.
   Expr first_key = rb * block;
   Expr visit = first_key < in.kv_len(b);
+  Expr first_row = qt * tile;
+  Expr first_position = offset + first_row, last_position = first_position + (tile - 1);
   if (spec.mask == MaskKind::kCausal) {
-    Expr last_row_position = offset + qt * tile + (tile - 1);
-    visit = visit && first_key <= last_row_position;
+    visit = visit && first_key <= last_position;
   }
+  visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row, first_key,
+                                  first_key + (block - 1), in);
   f.rb.where(visit);
 
   f.block_max = Func("block_max");
@@ -79,6 +148,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.out = Func("attention");
   f.out(d, h, i, b) =
       f.state(d, i % tile, i / tile, h, b)[0] * select(sum > 0.0f, 1.0f / sum, 0.0f);
+  define_extra_outputs(f, spec, f.state(0, i % tile, i / tile, h, b)[1],
+                       f.state(0, i % tile, i / tile, h, b)[2]);
 }
 
 }  // namespace
@@ -122,6 +193,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;
   }
+  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj, in);
   Expr mi = clamp(i, 0, in.seq_q - 1);
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;
@@ -158,6 +230,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr l = f.row_sum(i, h, b);
   f.out = Func("attention");
   f.out(d, h, i, b) = f.acc(d, i, h, b) * select(l > 0.0f, 1.0f / l, 0.0f);
+  define_extra_outputs(f, spec, m_safe, l);
   return f;
 }
 

@@ -14,6 +14,24 @@ namespace attngen {
 enum class MaskKind { kNone, kCausal };
 enum class MaskTensor { kNone, kBool, kAdditive };
 
+// Sparse attention patterns (docs/semantics.md, "Masks"), for query position p = offset + i and
+// key j, all combinable with causal:
+//   kWindow       p - left <= j <= p + right (-1: unbounded side); a local window w is
+//                 left = right = w - 1
+//   kStrided      |p - j| < stride, or (p - j) mod stride == 0
+//   kBlockSparse  layout[i / block, j / block] != 0, layout a run-time input
+//   kGlobalLocal  |p - j| <= local, or j < global_tokens, or p < global_tokens
+enum class Pattern { kNone, kWindow, kStrided, kBlockSparse, kGlobalLocal };
+
+struct PatternSpec {
+  Pattern kind = Pattern::kNone;
+  int left = -1, right = -1;
+  int stride = 0;
+  int block = 0;
+  int local = 0;
+  int global_tokens = 0;
+};
+
 // Compile-time shape of an attention kernel (generator params).
 struct AttentionSpec {
   int head_dim_qk = 64;
@@ -21,6 +39,9 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
+  PatternSpec pattern;
+  bool weights = false;  // also define `weights`, P (j, i, h, b)
+  bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
   // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
   int key_block = 0;
@@ -30,9 +51,10 @@ struct AttentionSpec {
 };
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
-// (j, i, h, b) and only defined when spec.mask_tensor != kNone.
+// (j, i, h, b) and only defined when spec.mask_tensor != kNone; layout is (key block, query
+// block), only for Pattern::kBlockSparse.
 struct AttentionInputs {
-  Halide::Func q, k, v, kv_len, mask;
+  Halide::Func q, k, v, kv_len, mask, layout;
   Halide::Expr seq_q, seq_kv, heads_q, heads_kv;
   Halide::Expr scale, softcap, bottom_right;
 };
@@ -59,6 +81,8 @@ struct AttentionFuncs {
   Halide::Func block_pv;   // (d, kb, i, h, b) sum over the block of probs * v
   Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
   Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
+  Halide::Func weights;    // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
+  Halide::Func lse;        // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);

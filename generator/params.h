@@ -16,6 +16,13 @@ inline const std::map<std::string, MaskKind> kMaskKindNames = {{"none", MaskKind
 inline const std::map<std::string, MaskTensor> kMaskTensorNames = {
     {"none", MaskTensor::kNone}, {"bool", MaskTensor::kBool}, {"additive", MaskTensor::kAdditive}};
 
+inline const std::map<std::string, Pattern> kPatternNames = {
+    {"none", Pattern::kNone},
+    {"window", Pattern::kWindow},
+    {"strided", Pattern::kStrided},
+    {"block_sparse", Pattern::kBlockSparse},
+    {"global_local", Pattern::kGlobalLocal}};
+
 // Representative sizes for estimates (BERT-base-like); bounds that are compile-time constants
 // (head dims) come from the generator params themselves.
 struct Estimates {

@@ -14,6 +14,9 @@ int cuda_shared_bytes(int query_tile, int key_block, int dqk, int dv) {
 // Kept under the 48 KiB a block gets without opting in, with room for occupancy.
 constexpr int kCudaSharedBudget = 40 * 1024;
 constexpr int kCudaQueryTile = 16;
+// Key block of sparse-pattern kernels on CPUs: small enough that block skipping follows the
+// pattern closely, large enough for the register-blocked loops.
+constexpr int kPatternKeyBlock = 64;
 
 }  // namespace
 
@@ -56,8 +59,29 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
 
 AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
                                  const Halide::Target& target) {
+  const PatternSpec& ps = spec.pattern;
+  if (spec.weights || spec.lse) {
+    spec.key_block = 0;  // the inspection schedule keeps whole score rows
+    return resolve(requested, spec, target_info(target));
+  }
+  AttentionTunables want = requested;
+  if (ps.kind != Pattern::kNone && spec.key_block == 0 && !target.has_gpu_feature()) {
+    spec.key_block = kPatternKeyBlock;  // skipping masked blocks needs the key-block form
+  }
+  if (ps.kind == Pattern::kBlockSparse && !target.has_gpu_feature()) {
+    // One layout entry per (query tile, key block): both are the layout's block.
+    spec.key_block = ps.block;
+    want.query_tile = ps.block;
+  }
   spec.key_block = resolve_key_block(spec.key_block, spec.head_dim_qk, spec.head_dim_v, target);
-  const AttentionTunables t = resolve(requested, spec, target_info(target));
+  const AttentionTunables t = resolve(want, spec, target_info(target));
+  if (ps.kind == Pattern::kBlockSparse &&
+      (ps.block % spec.key_block != 0 || ps.block % t.query_tile != 0)) {
+    throw Halide::CompileError("attngen: block-sparse block " + std::to_string(ps.block) +
+                               " must be a multiple of the " + "key block (" +
+                               std::to_string(spec.key_block) + ") and of the query tile (" +
+                               std::to_string(t.query_tile) + ") of this target");
+  }
   if (spec.key_block > 0) spec.query_tile = t.query_tile;
   return t;
 }
@@ -74,6 +98,10 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
                         bool autoscheduled, const AttentionTunables& tunables) {
   if (autoscheduled) return;  // the generator's estimates drive the autoscheduler
   const TargetInfo info = target_info(target);
+  if (spec.weights || spec.lse) {
+    schedule_attention_inspect(f, spec, info);
+    return;
+  }
   switch (info.isa) {
     case Isa::kCuda:
       if (spec.key_block <= 0) {

@@ -50,6 +50,8 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t);
 void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info);
+void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
+                                const TargetInfo& info);
 void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);
 

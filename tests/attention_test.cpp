@@ -13,12 +13,15 @@
 namespace attngen::test {
 namespace {
 
-std::vector<const attngen_kernel_info*> kernels_of(attngen_op op, bool with_mask_tensor = false) {
+enum class Only { kAll, kMaskTensor, kPattern };
+
+std::vector<const attngen_kernel_info*> kernels_of(attngen_op op, Only only = Only::kAll) {
   std::vector<const attngen_kernel_info*> out;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (k->op != op) continue;
-    if (with_mask_tensor && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE) continue;
+    if (only == Only::kMaskTensor && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE) continue;
+    if (only == Only::kPattern && k->pattern.kind == ATTNGEN_PATTERN_NONE) continue;
     out.push_back(k);
   }
   return out;
@@ -46,6 +49,7 @@ class AttentionKernel : public ::testing::TestWithParam<const attngen_kernel_inf
     if (k.softcap) t.softcap(5.0f);
     if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) t.bool_mask({b, hq, sq, skv});
     if (k.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) t.additive_mask({b, hq, sq, skv});
+    t.pattern(k.pattern).weights(k.weights != 0).lse(k.lse != 0);
     return t;
   }
 };
@@ -117,10 +121,27 @@ TEST_P(MaskedAttentionKernel, BroadcastMasks) {
 
 TEST_P(AttentionKernel, LongSequence) { base(1, 2, 1, 130, 1031).Test(GetParam()); }
 
+// Sparse-pattern kernels over a sweep of odd lengths around their block sizes, square and not,
+// so that whole key blocks are skipped, partly masked and fully kept.
+class PatternKernel : public AttentionKernel {};
+
+TEST_P(PatternKernel, OddLengths) {
+  for (int64_t n : {1, 17, 63, 65, 127, 129, 200, 301}) {
+    base(1, 2, 1, n, n).Test(GetParam());
+    base(2, 2, 2, n, n + 37).Test(GetParam());
+  }
+  base(1, 2, 2, 90, 300).top_left().Test(GetParam());
+  base(3, 2, 1, 70, 150).kv_len({150, 0, 77}).Test(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, PatternKernel,
+                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION, Only::kPattern)),
+                         kernel_name);
 INSTANTIATE_TEST_SUITE_P(Builtin, AttentionKernel,
                          ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION)), kernel_name);
 INSTANTIATE_TEST_SUITE_P(Builtin, MaskedAttentionKernel,
-                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION, true)), kernel_name);
+                         ::testing::ValuesIn(kernels_of(ATTNGEN_OP_ATTENTION, Only::kMaskTensor)),
+                         kernel_name);
 
 // The runtime picks a kernel by configuration when none is named.
 TEST(AttentionDispatch, ChoosesAFittingKernel) {

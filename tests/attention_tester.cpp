@@ -15,6 +15,9 @@ std::string AttentionTester::describe() const {
   if (!mask_shape_.empty())
     s << (mask_bool_ ? " bool-mask" : " additive-mask") << "(rank " << mask_shape_.size() << ")";
   if (softcap_ > 0) s << " softcap " << softcap_;
+  if (pattern_.kind != ATTNGEN_PATTERN_NONE) s << " pattern " << pattern_.kind;
+  if (weights_) s << " weights";
+  if (lse_) s << " lse";
   if (integer_) s << " integers " << integer_;
   return s.str();
 }
@@ -143,6 +146,62 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
     }
   }
 
+  // Sparse pattern: the test's own reading of docs/semantics.md, independent of the runtime's.
+  opt.pattern = pattern_;
+  std::vector<uint8_t> layout_bytes;
+  attngen_tensor t_layout{};
+  const attngen_pattern pt = pattern_;
+  switch (pt.kind) {
+    case ATTNGEN_PATTERN_WINDOW:
+      ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
+        return (pt.window_left < 0 || j >= p - pt.window_left) &&
+               (pt.window_right < 0 || j <= p + pt.window_right);
+      };
+      break;
+    case ATTNGEN_PATTERN_STRIDED:
+      ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
+        const int64_t diff = p - j;
+        return (diff < 0 ? -diff : diff) < pt.stride || diff % pt.stride == 0;
+      };
+      break;
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
+        const int64_t diff = p - j;
+        return (diff < 0 ? -diff : diff) <= pt.local || j < pt.global_tokens ||
+               p < pt.global_tokens;
+      };
+      break;
+    case ATTNGEN_PATTERN_BLOCK_SPARSE: {
+      const int64_t shape[2] = {(sq_ + pt.block - 1) / pt.block, (skv_ + pt.block - 1) / pt.block};
+      layout_bytes.resize(static_cast<size_t>(shape[0] * shape[1]));
+      std::bernoulli_distribution on(layout_density_);
+      for (auto& x : layout_bytes) x = on(rng) ? 1 : 0;
+      t_layout = attngen_tensor_contiguous(layout_bytes.data(), ATTNGEN_BOOL, 2, shape);
+      opt.pattern.layout = &t_layout;
+      const uint8_t* l = layout_bytes.data();
+      const int64_t cols = shape[1], bs = pt.block;
+      ref.pattern = [l, cols, bs](int64_t, int64_t i, int64_t j) {
+        return l[(i / bs) * cols + j / bs] != 0;
+      };
+      break;
+    }
+    default:
+      break;
+  }
+
+  Storage weights, lse;
+  std::vector<double> want_weights, want_lse;
+  if (weights_) {
+    weights.init({batch_, hq_, sq_, skv_}, pad_);
+    opt.weights = &weights.t;
+    ref.weights = &want_weights;
+  }
+  if (lse_) {
+    lse.init({batch_, hq_, sq_}, pad_);
+    opt.lse = &lse.t;
+    ref.lse = &want_lse;
+  }
+
   const attngen_status st = attngen_attention(&tq, &tk, &tv, &out.t, &opt);
   ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
   if (kernel) EXPECT_STREQ(attngen_last_kernel(), kernel->name);
@@ -150,6 +209,32 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   const std::vector<double> want = reference_attention(vq, vk, vv, ref);
   expect_close_f32(out.dense(), want, max_abs(vv));
   EXPECT_EQ(out.gaps_written(), 0) << "the kernel wrote outside the output view";
+  if (weights_) {
+    // Weights are in [0, 1]: the contract's absolute bound with max|V| = 1. Each row sums to 1,
+    // or is all 0 when the row attends nothing.
+    const std::vector<double> got = weights.dense();
+    expect_close_f32(got, want_weights, 1.0);
+    EXPECT_EQ(weights.gaps_written(), 0) << "the kernel wrote outside the weights view";
+    for (int64_t r = 0; r < batch_ * hq_ * sq_; ++r) {
+      double sum = 0, want_sum = 0;
+      for (int64_t j = 0; j < skv_; ++j) {
+        sum += got[static_cast<size_t>(r * skv_ + j)];
+        want_sum += want_weights[static_cast<size_t>(r * skv_ + j)];
+      }
+      ASSERT_NEAR(sum, want_sum > 0 ? 1.0 : 0.0, 1e-5) << "weights of row " << r;
+    }
+  }
+  if (lse_) {
+    const std::vector<double> got = lse.dense();
+    EXPECT_EQ(lse.gaps_written(), 0) << "the kernel wrote outside the lse view";
+    for (size_t r = 0; r < got.size(); ++r) {
+      if (std::isinf(want_lse[r])) {
+        ASSERT_TRUE(std::isinf(got[r]) && got[r] < 0) << "lse of fully masked row " << r;
+      } else {
+        ASSERT_NEAR(got[r], want_lse[r], 1e-5 * (1.0 + std::abs(want_lse[r]))) << "lse row " << r;
+      }
+    }
+  }
 }
 
 }  // namespace attngen::test

@@ -94,6 +94,22 @@ class AttentionTester {
     return *this;
   }
 
+  // A sparse pattern (for block-sparse, a random layout of this density is drawn per test).
+  AttentionTester& pattern(const attngen_pattern& p, double layout_density = 0.5) {
+    pattern_ = p;
+    layout_density_ = layout_density;
+    return *this;
+  }
+  // Also ask for the attention weights / the row log-sum-exp, checked against the reference.
+  AttentionTester& weights(bool w = true) {
+    weights_ = w;
+    return *this;
+  }
+  AttentionTester& lse(bool l = true) {
+    lse_ = l;
+    return *this;
+  }
+
   std::string describe() const;
 
   // Runs `kernel` (by name) and checks it; with kernel == nullptr the runtime chooses.
@@ -102,6 +118,9 @@ class AttentionTester {
  private:
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
+  bool weights_ = false, lse_ = false;
+  attngen_pattern pattern_{};
+  double layout_density_ = 0.5;
   float scale_ = 0.0f, softcap_ = 0.0f;
   int integer_ = 0;
   double density_ = 0.7;

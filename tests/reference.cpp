@@ -13,6 +13,8 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
   const double scale = p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(Dqk));
   const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(static_cast<size_t>(B * Sq * Hq * Dv), 0.0);
+  if (p.weights) p.weights->assign(static_cast<size_t>(B * Hq * Sq * Skv), 0.0);
+  if (p.lse) p.lse->assign(static_cast<size_t>(B * Hq * Sq), ninf);
   std::vector<double> s(static_cast<size_t>(Skv));
   std::vector<bool> attend(static_cast<size_t>(Skv));
   for (int64_t b = 0; b < B; ++b) {
@@ -27,6 +29,7 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
           bool ok = j < len;
           if (p.causal) ok = ok && j <= offset + i;
           if (p.keep) ok = ok && p.keep(b, h, i, j);
+          if (p.pattern) ok = ok && p.pattern(offset + i, i, j);
           attend[static_cast<size_t>(j)] = ok;
           if (!ok) continue;
           double dot = 0.0;
@@ -44,6 +47,13 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
           if (!attend[static_cast<size_t>(j)]) continue;
           s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
           sum += s[static_cast<size_t>(j)];
+        }
+        const int64_t row = (b * Hq + h) * Sq + i;
+        if (p.lse) (*p.lse)[static_cast<size_t>(row)] = m + std::log(sum);
+        for (int64_t j = 0; p.weights && j < Skv; ++j) {
+          if (attend[static_cast<size_t>(j)]) {
+            (*p.weights)[static_cast<size_t>(row * Skv + j)] = s[static_cast<size_t>(j)] / sum;
+          }
         }
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0.0;

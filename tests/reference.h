@@ -27,6 +27,9 @@ struct RefAttention {
   std::vector<int32_t> kv_len;                                    // empty: Skv for every batch
   std::function<bool(int64_t, int64_t, int64_t, int64_t)> keep;   // (b, h, i, j), bool mask
   std::function<double(int64_t, int64_t, int64_t, int64_t)> add;  // additive mask
+  std::function<bool(int64_t, int64_t, int64_t)> pattern;         // (p, i, j): sparse pattern
+  std::vector<double>* weights = nullptr;  // if set: P, dense [B, Hq, Sq, Skv]
+  std::vector<double>* lse = nullptr;      // if set: row log-sum-exp, dense [B, Hq, Sq]
 };
 
 // out[b][i][h][d], dense [B, Sq, Hq, Dv].

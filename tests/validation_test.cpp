@@ -175,6 +175,62 @@ TEST_F(AttentionValidation, MaskTensor) {
   expect_error(ATTNGEN_ERROR_MASK, "rank 5");
 }
 
+TEST_F(AttentionValidation, Pattern) {
+  opt.pattern.kind = static_cast<attngen_pattern_kind>(9);
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "pattern: kind is 9");
+  opt.pattern = attngen_pattern{};
+  opt.pattern.kind = ATTNGEN_PATTERN_WINDOW;
+  opt.pattern.window_left = opt.pattern.window_right = -1;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "not both -1");
+  opt.pattern.window_left = -2;
+  opt.pattern.window_right = 3;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "window_left -2");
+  opt.pattern = attngen_pattern{};
+  opt.pattern.kind = ATTNGEN_PATTERN_STRIDED;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "stride is 0");
+  opt.pattern = attngen_pattern{};
+  opt.pattern.kind = ATTNGEN_PATTERN_GLOBAL_LOCAL;
+  opt.pattern.local = -1;
+  expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "local -1");
+  // Block-sparse: the layout is required and must be [ceil(Sq / block), ceil(Skv / block)].
+  opt.pattern = attngen_pattern{};
+  opt.pattern.kind = ATTNGEN_PATTERN_BLOCK_SPARSE;
+  opt.pattern.block = 64;
+  expect_error(ATTNGEN_ERROR_NULL_POINTER, "pattern.layout is NULL");
+  std::vector<uint8_t> layout(4, 1);
+  const int64_t wrong[] = {2, 2};  // Sq = 5, Skv = 7 with block 64: [1, 1]
+  attngen_tensor l = attngen_tensor_contiguous(layout.data(), ATTNGEN_BOOL, 2, wrong);
+  opt.pattern.layout = &l;
+  expect_error(ATTNGEN_ERROR_SHAPE, "pattern.layout.shape[0] (Sq / block) is 2");
+  const int64_t right[] = {1, 1};
+  l = attngen_tensor_contiguous(layout.data(), ATTNGEN_F32, 2, right);
+  expect_error(ATTNGEN_ERROR_DTYPE, "pattern.layout has dtype F32");
+  // Valid, but no kernel was generated for these parameters.
+  opt.pattern = attngen_pattern_local(5);
+  expect_error(ATTNGEN_ERROR_NO_KERNEL, "window [-4, +4]");
+}
+
+TEST_F(AttentionValidation, ExtraOutputs) {
+  Storage weights, lse;
+  weights.init({2, 4, 5, 6}, 0);  // Skv is 7
+  opt.weights = &weights.t;
+  expect_error(ATTNGEN_ERROR_SHAPE, "weights.shape[3] (Skv) is 6, expected 7");
+  for (float f : weights.buf) ASSERT_TRUE(is_poison(f));
+  weights.init({2, 4, 5, 7}, 0);
+  lse.init({2, 4, 6}, 0);
+  opt.lse = &lse.t;
+  expect_error(ATTNGEN_ERROR_SHAPE, "lse.shape[2] (Sq) is 6, expected 5");
+  lse.init({2, 4, 5}, 0);
+  attngen_tensor aliased = weights.t;
+  aliased.data = out.buf.data();
+  opt.weights = &aliased;
+  expect_error(ATTNGEN_ERROR_ALIAS, "overlaps");
+  // With both outputs valid, the generated d64 weights + lse kernel runs.
+  opt.weights = &weights.t;
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_NE(std::string(attngen_last_kernel()).find("_p_lse"), std::string::npos);
+}
+
 TEST_F(AttentionValidation, NoKernelForConfiguration) {
   q.t.shape[3] = k.t.shape[3] = 7;  // no head dim 7 kernel is generated
   expect_error(ATTNGEN_ERROR_NO_KERNEL, "head dim 7");
@@ -246,6 +302,7 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
         k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
+        k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse &&
         attngen_kernel_supported(k)) {
       real = k;
     }

@@ -38,6 +38,8 @@ const char* const kKDims[] = {"B", "Skv", "Hkv", "Dqk"};
 const char* const kVDims[] = {"B", "Skv", "Hkv", "Dv"};
 const char* const kODims[] = {"B", "Sq", "Hq", "Dv"};
 const char* const kKvLenDims[] = {"B"};
+const char* const kWeightsDims[] = {"B", "Hq", "Sq", "Skv"};
+const char* const kLseDims[] = {"B", "Hq", "Sq"};
 const char* const kRowsDims[] = {"B", "S", "E"};
 const char* const kLinearWDims[] = {"N", "E"};
 const char* const kLinearOutDims[] = {"B", "S", "N"};
@@ -129,6 +131,54 @@ bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], Hali
   return true;
 }
 
+// The pattern's kind and parameters; for block-sparse its layout, BOOL
+// [ceil(Sq / block), ceil(Skv / block)], as a Halide view.
+bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t seq_kv,
+                     HalideView& layout) {
+  const auto bad = [&](const std::string& what) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "pattern: " + what);
+  };
+  switch (p.kind) {
+    case ATTNGEN_PATTERN_NONE:
+      return true;
+    case ATTNGEN_PATTERN_WINDOW:
+      if (p.window_left < -1 || p.window_right < -1 || (p.window_left < 0 && p.window_right < 0)) {
+        return bad("window_left " + std::to_string(p.window_left) + " and window_right " +
+                   std::to_string(p.window_right) +
+                   ": expected each >= 0 or -1 (unbounded), not both -1");
+      }
+      return true;
+    case ATTNGEN_PATTERN_STRIDED:
+      if (p.stride <= 0) return bad("stride is " + std::to_string(p.stride) + ", expected > 0");
+      return true;
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      if (p.local < 0 || p.global_tokens < 0) {
+        return bad("local " + std::to_string(p.local) + " and global_tokens " +
+                   std::to_string(p.global_tokens) + ": expected >= 0");
+      }
+      return true;
+    case ATTNGEN_PATTERN_BLOCK_SPARSE: {
+      if (p.block <= 0) return bad("block is " + std::to_string(p.block) + ", expected > 0");
+      const char* const dims[] = {"Sq / block", "Skv / block"};
+      const TensorSpec spec{"pattern.layout", ATTNGEN_BOOL, 2, dims};
+      if (p.layout == nullptr) {
+        return c.fail(ATTNGEN_ERROR_NULL_POINTER, "pattern.layout is NULL (block-sparse)");
+      }
+      if (!check_tensor(c, p.layout, spec) ||
+          !check_dim(c, *p.layout, spec, 0, (seq_q + p.block - 1) / p.block, "ceil(Sq / block)") ||
+          !check_dim(c, *p.layout, spec, 1, (seq_kv + p.block - 1) / p.block,
+                     "ceil(Skv / block)")) {
+        return false;
+      }
+      make_view(layout, *p.layout);
+      return true;
+    }
+    default:
+      return bad("kind is " + std::to_string(static_cast<int>(p.kind)) +
+                 ", expected an ATTNGEN_PATTERN_* value");
+  }
+}
+
 }  // namespace
 
 attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
@@ -210,10 +260,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
                                     "; Hq must be a multiple of Hkv (grouped-query attention)");
     return finish(c, nullptr);
   }
-  if (!check_no_alias(c, *out, "out", *q, "q") || !check_no_alias(c, *out, "out", *k, "k") ||
-      !check_no_alias(c, *out, "out", *v, "v") || !check_enums(c, opt.mask, opt.alignment)) {
-    return finish(c, nullptr);
-  }
+  if (!check_enums(c, opt.mask, opt.alignment)) return finish(c, nullptr);
   if (!std::isfinite(opt.scale)) {
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
     return finish(c, nullptr);
@@ -227,14 +274,51 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   HalideView mask;
   const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
   if (!prepare_mask(c, opt.mask_tensor, full, mask)) return finish(c, nullptr);
-  if (opt.mask_tensor != nullptr && !check_no_alias(c, *out, "out", *opt.mask_tensor, "mask")) {
+
+  HalideView layout;
+  if (!prepare_pattern(c, opt.pattern, seq_q, seq_kv, layout)) return finish(c, nullptr);
+  const TensorSpec ws{"weights", ATTNGEN_F32, 4, kWeightsDims, /*output=*/true};
+  const TensorSpec ls{"lse", ATTNGEN_F32, 3, kLseDims, /*output=*/true};
+  if (opt.weights != nullptr &&
+      (!check_tensor(c, opt.weights, ws) || !check_dim(c, *opt.weights, ws, 0, batch, "B of q") ||
+       !check_dim(c, *opt.weights, ws, 1, heads_q, "Hq of q") ||
+       !check_dim(c, *opt.weights, ws, 2, seq_q, "Sq of q") ||
+       !check_dim(c, *opt.weights, ws, 3, seq_kv, "Skv of k"))) {
     return finish(c, nullptr);
+  }
+  if (opt.lse != nullptr &&
+      (!check_tensor(c, opt.lse, ls) || !check_dim(c, *opt.lse, ls, 0, batch, "B of q") ||
+       !check_dim(c, *opt.lse, ls, 1, heads_q, "Hq of q") ||
+       !check_dim(c, *opt.lse, ls, 2, seq_q, "Sq of q"))) {
+    return finish(c, nullptr);
+  }
+  // Every output must be clear of every input and of the other outputs.
+  const std::pair<const attngen_tensor*, const char*> outputs[] = {
+      {out, "out"}, {opt.weights, "weights"}, {opt.lse, "lse"}};
+  const std::pair<const attngen_tensor*, const char*> others[] = {{q, "q"},
+                                                                  {k, "k"},
+                                                                  {v, "v"},
+                                                                  {opt.mask_tensor, "mask"},
+                                                                  {opt.pattern.layout, "layout"},
+                                                                  {out, "out"},
+                                                                  {opt.weights, "weights"},
+                                                                  {opt.lse, "lse"}};
+  for (const auto& [o, oname] : outputs) {
+    if (o == nullptr) continue;
+    for (const auto& [t, tname] : others) {
+      if (t == nullptr || t == o) continue;
+      if (t == opt.pattern.layout && opt.pattern.kind != ATTNGEN_PATTERN_BLOCK_SPARSE) continue;
+      if (!check_no_alias(c, *o, oname, *t, tname)) return finish(c, nullptr);
+    }
   }
 
   KernelQuery query{ATTNGEN_OP_ATTENTION};
   query.head_dim_qk = static_cast<int>(dqk);
   query.head_dim_v = static_cast<int>(dv);
   query.mask = opt.mask;
+  query.pattern = opt.pattern;
+  query.weights = opt.weights != nullptr;
+  query.lse = opt.lse != nullptr;
   query.mask_tensor = opt.mask_tensor == nullptr               ? ATTNGEN_MASK_TENSOR_NONE
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
@@ -255,7 +339,17 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   args.v = &hv.buf;
   args.kv_len = &hl.buf;
   args.mask = opt.mask_tensor != nullptr ? &mask.buf : nullptr;
+  args.layout = opt.pattern.kind == ATTNGEN_PATTERN_BLOCK_SPARSE ? &layout.buf : nullptr;
   args.out = &ho.buf;
+  HalideView hw, hlse;
+  if (opt.weights != nullptr) {
+    make_view(hw, *opt.weights);
+    args.weights = &hw.buf;
+  }
+  if (opt.lse != nullptr) {
+    make_view(hlse, *opt.lse);
+    args.lse = &hlse.buf;
+  }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(dqk));
   args.softcap = opt.softcap;
   args.bottom_right = opt.alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;

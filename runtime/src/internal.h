@@ -63,6 +63,8 @@ struct KernelQuery {
   attngen_mask_kind mask = ATTNGEN_MASK_NONE;
   attngen_mask_tensor_kind mask_tensor = ATTNGEN_MASK_TENSOR_NONE;
   bool softcap = false;
+  attngen_pattern pattern{};
+  bool weights = false, lse = false;
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 

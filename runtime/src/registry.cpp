@@ -112,6 +112,26 @@ std::string describe(const KernelQuery& q) {
   if (q.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) s += ", bool mask tensor";
   if (q.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) s += ", additive mask tensor";
   if (q.softcap) s += ", soft cap";
+  const attngen_pattern& p = q.pattern;
+  switch (p.kind) {
+    case ATTNGEN_PATTERN_WINDOW:
+      s += ", window [-" + std::to_string(p.window_left) + ", +" + std::to_string(p.window_right) +
+           "]";
+      break;
+    case ATTNGEN_PATTERN_STRIDED:
+      s += ", strided " + std::to_string(p.stride);
+      break;
+    case ATTNGEN_PATTERN_BLOCK_SPARSE:
+      s += ", block-sparse " + std::to_string(p.block);
+      break;
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      s += ", global " + std::to_string(p.global_tokens) + " + local " + std::to_string(p.local);
+      break;
+    default:
+      break;
+  }
+  if (q.weights) s += ", weights output";
+  if (q.lse) s += ", log-sum-exp output";
   return s;
 }
 
@@ -120,8 +140,18 @@ bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
   if (q.op == ATTNGEN_OP_LINEAR) return true;
   if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;
   if (q.op == ATTNGEN_OP_MHA) return true;
+  const attngen_pattern &kp = k.pattern, &qp = q.pattern;
+  const bool same_pattern =
+      kp.kind == qp.kind &&
+      (kp.kind != ATTNGEN_PATTERN_WINDOW ||
+       (kp.window_left == qp.window_left && kp.window_right == qp.window_right)) &&
+      (kp.kind != ATTNGEN_PATTERN_STRIDED || kp.stride == qp.stride) &&
+      (kp.kind != ATTNGEN_PATTERN_BLOCK_SPARSE || kp.block == qp.block) &&
+      (kp.kind != ATTNGEN_PATTERN_GLOBAL_LOCAL ||
+       (kp.local == qp.local && kp.global_tokens == qp.global_tokens));
   return k.head_dim_v == q.head_dim_v && k.mask_tensor == q.mask_tensor &&
-         (k.softcap != 0) == q.softcap;
+         (k.softcap != 0) == q.softcap && same_pattern && (k.weights != 0) == q.weights &&
+         (k.lse != 0) == q.lse;
 }
 
 }  // namespace

@@ -74,6 +74,34 @@ typedef enum attngen_alignment {
   ATTNGEN_ALIGN_FORCE_32BIT = 0x7fffffff
 } attngen_alignment;
 
+/* Sparse attention patterns (docs/semantics.md), for query position p (= i + the alignment
+ * offset) and key j; each combines with causal. Kernels are generated per pattern and
+ * parameters (generated/variants.cmake) and skip the key blocks a pattern masks entirely. */
+typedef enum attngen_pattern_kind {
+  ATTNGEN_PATTERN_NONE = 0,
+  ATTNGEN_PATTERN_WINDOW = 1,       /* p - window_left <= j <= p + window_right */
+  ATTNGEN_PATTERN_STRIDED = 2,      /* |p - j| < stride or (p - j) mod stride == 0 */
+  ATTNGEN_PATTERN_BLOCK_SPARSE = 3, /* layout[i / block][j / block] != 0 */
+  ATTNGEN_PATTERN_GLOBAL_LOCAL = 4, /* |p - j| <= local or j < global_tokens or p < global_tokens */
+  ATTNGEN_PATTERN_FORCE_32BIT = 0x7fffffff
+} attngen_pattern_kind;
+
+typedef struct attngen_pattern {
+  attngen_pattern_kind kind;
+  int32_t window_left, window_right; /* WINDOW: -1 = unbounded on that side */
+  int32_t stride;                    /* STRIDED */
+  int32_t block;                     /* BLOCK_SPARSE: block size */
+  const attngen_tensor* layout;      /* BLOCK_SPARSE: BOOL [ceil(Sq / block), ceil(Skv / block)] */
+  int32_t local, global_tokens;      /* GLOBAL_LOCAL */
+} attngen_pattern;
+
+/* The local window of width w: |p - j| < w, i.e. WINDOW with left = right = w - 1. */
+attngen_pattern attngen_pattern_local(int32_t w);
+
+/* Whether query i (at position p) attends key j under the pattern alone (no causal, no
+ * padding); for tools that draw or count patterns. Returns 0 for a malformed pattern. */
+int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i, int64_t j);
+
 typedef struct attngen_attention_options {
   float scale;                  /* 0: 1 / sqrt(Dqk) */
   float softcap;                /* 0: none; c > 0: scores become c * tanh(s / c) */
@@ -83,7 +111,14 @@ typedef struct attngen_attention_options {
   /* optional: BOOL (true = attend) or F32 (added to the scores) mask, broadcastable to
    * [B, Hq, Sq, Skv] (rank 1 to 4, aligned to the right, each size equal or 1) */
   const attngen_tensor* mask_tensor;
-  const char* kernel; /* optional: run the kernel of this name instead of choosing one */
+  const char* kernel;      /* optional: run the kernel of this name instead of choosing one */
+  attngen_pattern pattern; /* default ATTNGEN_PATTERN_NONE */
+  /* Optional extra outputs, for inspection (kernels generated with them; slower):
+   * the attention weights P, F32 [B, Hq, Sq, Skv] (0 where masked; rows sum to 1, or are all 0
+   * for fully masked rows), and the row log-sum-exp of the scores, F32 [B, Hq, Sq] (-inf for
+   * fully masked rows). */
+  attngen_tensor* weights;
+  attngen_tensor* lse;
 } attngen_attention_options;
 
 attngen_attention_options attngen_attention_options_default(void);

@@ -28,13 +28,13 @@ typedef enum attngen_mask_tensor_kind {
 } attngen_mask_tensor_kind;
 
 /* Arguments of one kernel call, already validated, as Halide buffers. Each op reads its own:
- * attention: q, k, v, kv_len, mask, scale, softcap, bottom_right -> out
+ * attention: q, k, v, kv_len, mask, layout, scale, softcap, bottom_right -> out, weights, lse
  * linear:    x, w, bias -> out
  * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out */
 typedef struct attngen_kernel_args {
-  struct halide_buffer_t *q, *k, *v, *kv_len, *mask;
+  struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
   struct halide_buffer_t *x, *w, *bias, *w2, *bias2;
-  struct halide_buffer_t* out;
+  struct halide_buffer_t *out, *weights, *lse;
   float scale, softcap;
   int bottom_right;
 } attngen_kernel_args;
@@ -42,7 +42,7 @@ typedef struct attngen_kernel_args {
 typedef struct attngen_kernel_info {
   const char* name;
   attngen_op op;
-  const char* isa;           /* "avx512", "avx2", "sse41", "neon", "generic" */
+  const char* isa;           /* "avx512", "avx2", "sse41", "neon", "cuda", "generic" */
   const char* halide_target; /* the Halide target it was generated for */
   int32_t head_dim_qk;
   int32_t head_dim_v;
@@ -50,6 +50,9 @@ typedef struct attngen_kernel_info {
   attngen_mask_tensor_kind mask_tensor;
   int32_t softcap; /* 1: applies c * tanh(s / c) */
   int (*run)(void* user_context, const attngen_kernel_args* args);
+  /* attention only: the pattern (layout NULL: a run-time input) and the extra outputs */
+  attngen_pattern pattern;
+  int32_t weights, lse; /* 1: writes the attention weights / the row log-sum-exp */
 } attngen_kernel_info;
 
 /* All kernels the runtime can dispatch to: registered ones first, then built-in ones. */

@@ -3,22 +3,44 @@
 #ifndef ATTNGEN_KERNEL_GLUE_H_
 #define ATTNGEN_KERNEL_GLUE_H_
 
+#include <initializer_list>
+#include <tuple>
+
 #include "HalideRuntime.h"
 #include "attngen/kernel.h"
 
 namespace attngen::glue {
 
-// Argument orders follow the generators' Input declarations (generator/*_generator.cpp).
-template <attngen_op Op, attngen_mask_tensor_kind MaskTensor, auto Fn>
+// What a generated attention function takes beyond the common arguments.
+enum Feature : int {
+  kMaskTensor = 1,  // a mask input after bottom_right
+  kLayout = 2,      // a block-sparse layout input after it
+  kWeights = 4,     // a weights output after out
+  kLse = 8,         // a log-sum-exp output after that
+  kGpu = 16,        // a GPU kernel: see run()
+};
+
+template <bool Present, typename T>
+auto optional_arg(T value) {
+  if constexpr (Present) {
+    return std::make_tuple(value);
+  } else {
+    return std::tuple<>();
+  }
+}
+
+// Argument orders follow the generators' Input declarations (generator/*_generator.cpp); inputs
+// and outputs added in configure() follow the declared ones.
+template <attngen_op Op, int Features, auto Fn>
 int call(void* uc, const attngen_kernel_args* a) {
   if constexpr (Op == ATTNGEN_OP_ATTENTION) {
-    if constexpr (MaskTensor == ATTNGEN_MASK_TENSOR_NONE) {
-      return Fn(uc, a->q, a->k, a->v, a->kv_len, a->scale, a->softcap, a->bottom_right != 0,
-                a->out);
-    } else {
-      return Fn(uc, a->q, a->k, a->v, a->kv_len, a->scale, a->softcap, a->bottom_right != 0,
-                a->mask, a->out);
-    }
+    return std::apply(Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale,
+                                                         a->softcap, a->bottom_right != 0),
+                                         optional_arg<(Features & kMaskTensor) != 0>(a->mask),
+                                         optional_arg<(Features & kLayout) != 0>(a->layout),
+                                         std::make_tuple(a->out),
+                                         optional_arg<(Features & kWeights) != 0>(a->weights),
+                                         optional_arg<(Features & kLse) != 0>(a->lse)));
   } else if constexpr (Op == ATTNGEN_OP_LINEAR) {
     return Fn(uc, a->x, a->w, a->bias, a->out);
   } else {
@@ -27,14 +49,17 @@ int call(void* uc, const attngen_kernel_args* a) {
 }
 
 // The runtime hands kernels host buffers. A GPU kernel copies its inputs to the device itself;
-// here its output comes back to the host and every device allocation of the call is released.
-template <attngen_op Op, attngen_mask_tensor_kind MaskTensor, bool Gpu, auto Fn>
+// here its outputs come back to the host and every device allocation of the call is released.
+template <attngen_op Op, int Features, auto Fn>
 int run(void* uc, const attngen_kernel_args* a) {
-  int result = call<Op, MaskTensor, Fn>(uc, a);
-  if constexpr (Gpu) {
-    if (result == 0) result = halide_copy_to_host(uc, a->out);
-    halide_buffer_t* const buffers[] = {a->q, a->k,  a->v,    a->kv_len, a->mask, a->x,
-                                        a->w, a->w2, a->bias, a->bias2,  a->out};
+  int result = call<Op, Features, Fn>(uc, a);
+  if constexpr ((Features & kGpu) != 0) {
+    for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
+      if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
+    }
+    halide_buffer_t* const buffers[] = {a->q,      a->k,   a->v,       a->kv_len, a->mask,
+                                        a->layout, a->x,   a->w,       a->w2,     a->bias,
+                                        a->bias2,  a->out, a->weights, a->lse};
     for (halide_buffer_t* buf : buffers) {
       if (buf != nullptr && buf->device != 0) {
         const int freed = halide_device_free(uc, buf);
