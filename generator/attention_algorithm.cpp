@@ -14,6 +14,15 @@ Expr softmax_exp(const Expr& x) {
 
 namespace {
 
+// Masked scores hold a large finite negative value, never -inf: Halide compiles float code with
+// fast-math flags (no NaNs, no infinities), under which a comparison with -inf may be folded
+// away (seen on NEON: NaN rows). Anything at or below kMaskedBelow counts as masked; its exp
+// relative to any real maximum flushes to exactly 0.
+constexpr float kMaskedScore = -1e30f;
+constexpr float kMaskedBelow = -1e29f;
+
+Expr is_masked(const Expr& score) { return score <= kMaskedBelow; }
+
 // Whether query position p (query index i) attends key j under the pattern.
 Expr pattern_attends(const PatternSpec& ps, const Expr& p, const Expr& i, const Expr& j,
                      const AttentionInputs& in) {
@@ -95,7 +104,6 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
                            const Expr& offset) {
   const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b, &kb = f.kb;
   const Var &qi = f.qi, &qt = f.qt;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   const int block = spec.key_block, tile = spec.query_tile;
   f.rk = RDom(0, block, "rk");
   f.rb = RDom(0, (in.seq_kv + block - 1) / block, "rb");
@@ -115,13 +123,13 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.rb.where(visit);
 
   f.block_max = Func("block_max");
-  f.block_max(kb, i, h, b) = neg_inf;
+  f.block_max(kb, i, h, b) = kMaskedScore;
   f.block_max(kb, i, h, b) = max(f.block_max(kb, i, h, b), f.scores(key, i, h, b));
 
-  // A fully masked block has max -inf: use 0 so its terms are exp(-inf) = 0, never NaN.
+  // A fully masked block has a masked max: use 0, so its terms flush to exactly 0.
   Expr bm = f.block_max(j / block, i, h, b);
   f.probs = Func("probs");
-  f.probs(j, i, h, b) = softmax_exp(f.scores(j, i, h, b) - select(bm == neg_inf, 0.0f, bm));
+  f.probs(j, i, h, b) = softmax_exp(f.scores(j, i, h, b) - select(is_masked(bm), 0.0f, bm));
 
   f.block_sum = Func("block_sum");
   f.block_sum(kb, i, h, b) = 0.0f;
@@ -132,15 +140,15 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * f.v(d, key, h, b);
 
   f.state = Func("state");
-  f.state(d, qi, qt, h, b) = Tuple(0.0f, neg_inf, 0.0f);
+  f.state(d, qi, qt, h, b) = Tuple(0.0f, kMaskedScore, 0.0f);
   Expr acc = f.state(d, qi, qt, h, b)[0], m = f.state(d, qi, qt, h, b)[1];
   Expr l = f.state(d, qi, qt, h, b)[2];
   Expr row = qt * tile + qi;
   Expr bmax = f.block_max(rb, row, h, b);
   Expr m_new = max(m, bmax);
-  // Weights of the old state and of the new block; a side that is still -inf weighs 0.
-  Expr alpha = select(m == neg_inf, 0.0f, softmax_exp(m - m_new));
-  Expr beta = select(bmax == neg_inf, 0.0f, softmax_exp(bmax - m_new));
+  // Weights of the old state and of the new block; a side with nothing attended weighs 0.
+  Expr alpha = select(is_masked(m), 0.0f, softmax_exp(m - m_new));
+  Expr beta = select(is_masked(bmax), 0.0f, softmax_exp(bmax - m_new));
   f.state(d, qi, qt, h, b) = Tuple(acc * alpha + f.block_pv(d, rb, row, h, b) * beta, m_new,
                                    l * alpha + f.block_sum(rb, row, h, b) * beta);
 
@@ -157,8 +165,6 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in) {
   AttentionFuncs f;
   const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-
   f.rd = RDom(0, spec.head_dim_qk, "rd");
   f.rj = RDom(0, in.seq_kv, "rj");
   const RDom &rd = f.rd, &rj = f.rj;
@@ -198,11 +204,14 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;
   } else if (spec.mask_tensor == MaskTensor::kAdditive) {
-    s = s + in.mask(kj, mi, h, b);
+    // -inf (or anything at or below kMaskedBelow) masks the key.
+    Expr add = in.mask(kj, mi, h, b);
+    attend = attend && add > kMaskedBelow;
+    s = s + add;
   }
 
   f.scores = Func("scores");
-  f.scores(j, i, h, b) = select(attend, s, neg_inf);
+  f.scores(j, i, h, b) = select(attend, s, kMaskedScore);
 
   if (spec.key_block > 0) {
     define_online_softmax(f, spec, in, offset);
@@ -210,12 +219,12 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   }
 
   f.row_max = Func("row_max");
-  f.row_max(i, h, b) = neg_inf;
+  f.row_max(i, h, b) = kMaskedScore;
   f.row_max(i, h, b) = max(f.row_max(i, h, b), f.scores(rj, i, h, b));
 
-  // A fully masked row has max -inf: use 0 so every term is exp(-inf) = 0, never NaN.
+  // A fully masked row has a masked max: use 0, so every term flushes to exactly 0.
   Expr m = f.row_max(i, h, b);
-  Expr m_safe = select(m == neg_inf, 0.0f, m);
+  Expr m_safe = select(is_masked(m), 0.0f, m);
   f.probs = Func("probs");
   f.probs(j, i, h, b) = softmax_exp(f.scores(j, i, h, b) - m_safe);
 
