@@ -27,8 +27,6 @@
 # NAME AUTO derives the name from the parameters: attn_f32_d64_causal__x86_64_avx512.
 include_guard(GLOBAL)
 
-set(_attngen_cmake_dir "${CMAKE_CURRENT_LIST_DIR}")
-
 # Halide target string for an ISA name.
 function(attngen_halide_target ISA OUT)
   set(x86 "x86-64-linux")
@@ -120,6 +118,14 @@ function(attngen_add_kernel NAME)
   if (A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "attngen_add_kernel(${NAME}): unknown arguments ${A_UNPARSED_ARGUMENTS}")
   endif ()
+  # Called from a project that added attngen's tree with add_subdirectory (how a cross build
+  # makes its own kernels): attngen's targets. The installed package sets both.
+  if (NOT ATTNGEN_GENERATOR)
+    set(ATTNGEN_GENERATOR attngen::generator)
+  endif ()
+  if (NOT ATTNGEN_HEADERS_TARGET)
+    set(ATTNGEN_HEADERS_TARGET attngen::headers)
+  endif ()
   if (NOT A_OP)
     set(A_OP attention)
   endif ()
@@ -174,7 +180,12 @@ function(attngen_add_kernel NAME)
   if (isa STREQUAL "host")
     _attngen_host_isa(isa)
   endif ()
-  attngen_halide_target(${A_ISA} halide_target)
+  if (A_ISA STREQUAL "host" AND CMAKE_CROSSCOMPILING)
+    # Halide's `host` is the machine the generator runs on, not the one the kernel is for.
+    attngen_halide_target(${isa} halide_target)
+  else ()
+    attngen_halide_target(${A_ISA} halide_target)
+  endif ()
 
   # Name scheme (docs/variants.md):
   #   <op>_f32_d<Dqk>[v<Dv>]_<mask>[_bmask|_amask][_cap][_<pattern>][_kb<key block>][_p][_lse]
@@ -291,7 +302,7 @@ function(attngen_add_kernel NAME)
   endif ()
   set(KERNEL_FEATURES ${features})
   set(glue "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.glue.cpp")
-  configure_file("${_attngen_cmake_dir}/kernel_glue.cpp.in" "${glue}" @ONLY)
+  configure_file("${CMAKE_CURRENT_FUNCTION_LIST_DIR}/kernel_glue.cpp.in" "${glue}" @ONLY)
   add_library(${NAME}_glue OBJECT "${glue}")
   target_link_libraries(${NAME}_glue PRIVATE ${ATTNGEN_HEADERS_TARGET} Halide::Runtime)
   add_dependencies(${NAME}_glue ${NAME}.update)

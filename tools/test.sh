@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The test job: build everything (with the sanitizer suite) and run every test, including the
-# assembly checks and the out-of-tree consumer of the installed package.
+# assembly checks and the out-of-tree consumer of the installed package; then the aarch64 cross
+# build (NEON kernels, made by the ci build's generator) and its tests under qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake --preset ci
 cmake --build --preset ci
 ctest --preset ci
+cmake --preset aarch64
+cmake --build --preset aarch64
+ctest --preset aarch64
