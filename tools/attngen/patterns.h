@@ -79,7 +79,8 @@ double count_cost(const attngen_pattern& p, bool causal, int64_t seq);
 
 // Exact number of attended (i, j) pairs, Sq = Skv = seq. Calls attngen_pattern_attends only on
 // candidate keys (those the pattern's definition can admit), so the work is O(seq * window)
-// rather than O(seq^2); block-sparse is evaluated once per layout block.
+// rather than O(seq^2); block-sparse is evaluated once per layout block, and the keys a
+// multiple of the stride away (all attended, by definition) are counted without a call.
 int64_t count_pairs(const attngen_pattern& p, bool causal, int64_t seq);
 
 struct PatternRow {
