@@ -146,9 +146,12 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   Expr row = qt * tile + qi;
   Expr bmax = f.block_max(rb, row, h, b);
   Expr m_new = max(m, bmax);
-  // Weights of the old state and of the new block; a side with nothing attended weighs 0.
-  Expr alpha = select(is_masked(m), 0.0f, softmax_exp(m - m_new));
-  Expr beta = select(is_masked(bmax), 0.0f, softmax_exp(bmax - m_new));
+  // Weights of the old state and of the new block under the new max: the larger side weighs 1
+  // and the other exp(-|m - bmax|), one exp per element; a side with nothing attended weighs 0.
+  Expr e = softmax_exp(-abs(m - bmax));
+  Expr old_wins = m >= bmax;
+  Expr alpha = select(is_masked(m), 0.0f, old_wins, 1.0f, e);
+  Expr beta = select(is_masked(bmax), 0.0f, old_wins, e, 1.0f);
   f.state(d, qi, qt, h, b) = Tuple(acc * alpha + f.block_pv(d, rb, row, h, b) * beta, m_new,
                                    l * alpha + f.block_sum(rb, row, h, b) * beta);
 
