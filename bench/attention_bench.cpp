@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -50,6 +51,19 @@ struct Shape {
   int64_t b, h, s;
 };
 
+// Attended (query, key) pairs of one head under the kernel's causal mask and pattern.
+double attended_pairs(const attngen_kernel_info& k, const attngen_pattern& p, int64_t S) {
+  if (k.pattern.kind == ATTNGEN_PATTERN_NONE) {
+    return k.mask == ATTNGEN_MASK_CAUSAL ? 0.5 * S * (S + 1) : static_cast<double>(S) * S;
+  }
+  double n = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t last = k.mask == ATTNGEN_MASK_CAUSAL ? i : S - 1;
+    for (int64_t j = 0; j <= last; ++j) n += attngen_pattern_attends(&p, i, i, j);
+  }
+  return n;
+}
+
 void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape shape) {
   const int64_t B = shape.b, H = shape.h, S = shape.s;
   const int64_t Dqk = kernel->head_dim_qk, Dv = kernel->head_dim_v;
@@ -72,15 +86,37 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
   if (!keep.empty()) tm = attngen_tensor_contiguous(keep.data(), ATTNGEN_BOOL, 2, ms);
   if (!add.empty()) tm = attngen_tensor_contiguous(add.data(), ATTNGEN_F32, 2, ms);
   if (tm.data != nullptr) opt.mask_tensor = &tm;
+  // Patterns as generated; a block-sparse layout with the diagonal and a quarter of the blocks.
+  opt.pattern = kernel->pattern;
+  std::vector<uint8_t> layout;
+  attngen_tensor tl{};
+  if (kernel->pattern.kind == ATTNGEN_PATTERN_BLOCK_SPARSE) {
+    const int64_t n = (S + kernel->pattern.block - 1) / kernel->pattern.block, ls[] = {n, n};
+    std::mt19937_64 rng(7);
+    std::bernoulli_distribution on(0.25);
+    layout.resize(static_cast<size_t>(n * n));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < n; ++c) layout[static_cast<size_t>(r * n + c)] = r == c || on(rng);
+    }
+    tl = attngen_tensor_contiguous(layout.data(), ATTNGEN_BOOL, 2, ls);
+    opt.pattern.layout = &tl;
+  }
+  std::vector<float> weights(kernel->weights ? B * H * S * S : 0), lse(kernel->lse ? B * H * S : 0);
+  const int64_t wsh[] = {B, H, S, S};
+  attngen_tensor tw = attngen_tensor_contiguous(weights.data(), ATTNGEN_F32, 4, wsh);
+  attngen_tensor tlse = attngen_tensor_contiguous(lse.data(), ATTNGEN_F32, 3, wsh);
+  if (kernel->weights) opt.weights = &tw;
+  if (kernel->lse) opt.lse = &tlse;
   for (auto _ : state) {
     if (attngen_attention(&tq, &tk, &tv, &to, &opt) != ATTNGEN_OK) {
       state.SkipWithError(attngen_last_error());
       break;
     }
   }
-  const double pairs = static_cast<double>(B * H) * S * S;
-  const double flops = 2.0 * pairs * (Dqk + Dv) * (kernel->mask == ATTNGEN_MASK_CAUSAL ? 0.5 : 1);
-  set_gflops(state, flops);
+  // FLOPs of the attended pairs only (FlashAttention's convention for dense and causal).
+  const double pairs = attended_pairs(*kernel, opt.pattern, S);
+  state.counters["pairs/dense"] = pairs / (static_cast<double>(S) * S);
+  set_gflops(state, 2.0 * B * H * pairs * (Dqk + Dv));
 }
 
 // kernel_name NULL: automatic choice, as a user's call would get.
@@ -330,6 +366,17 @@ int main(int argc, char** argv) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!attngen_kernel_supported(k)) continue;
     if (k->op == ATTNGEN_OP_ATTENTION) {
+      // Sparse patterns and their dense peers at growing lengths (D 64, H 8): time should
+      // follow the attended pairs. Only for the kernels automatic dispatch would choose here.
+      if (!std::strcmp(k->isa, attngen_isa()) && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
+          k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap && !k->weights && !k->lse) {
+        for (int64_t n : {1024, 2048, 4096, 16384}) {
+          const std::string name = "pattern/" + std::string(k->name) + "/S" + std::to_string(n);
+          benchmark::RegisterBenchmark(name.c_str(), attention, k, Shape{1, 8, n})
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
       for (const Shape s : {Shape{1, 16, 2048}, Shape{4, 12, 512}}) {
         const std::string name = std::string(k->name) + "/B" + std::to_string(s.b) + "_H" +
                                  std::to_string(s.h) + "_S" + std::to_string(s.s);

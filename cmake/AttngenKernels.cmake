@@ -288,6 +288,7 @@ function(attngen_add_kernel NAME)
   set(KERNEL_GLOBAL_TOKENS ${A_GLOBAL_TOKENS})
   set(KERNEL_WEIGHTS ${weights})
   set(KERNEL_LSE ${lse})
+  set(KERNEL_KEY_BLOCK ${A_KEY_BLOCK})
   # Extra arguments of the generated function (attngen::glue::Feature).
   set(features 0)
   if (NOT A_MASK_TENSOR STREQUAL "none")

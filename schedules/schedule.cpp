@@ -14,9 +14,10 @@ int cuda_shared_bytes(int query_tile, int key_block, int dqk, int dv) {
 // Kept under the 48 KiB a block gets without opting in, with room for occupancy.
 constexpr int kCudaSharedBudget = 40 * 1024;
 constexpr int kCudaQueryTile = 16;
-// Key block of sparse-pattern kernels on CPUs: small enough that block skipping follows the
-// pattern closely, large enough for the register-blocked loops.
-constexpr int kPatternKeyBlock = 64;
+// Key block of causal and sparse-pattern kernels on CPUs: small enough that block skipping
+// follows the mask closely, large enough for the register-blocked loops. (Dense kernels keep
+// whole score rows by default: faster while a tile's rows stay in L2, see registry.cpp.)
+constexpr int kSkippingKeyBlock = 64;
 
 }  // namespace
 
@@ -65,8 +66,9 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
     return resolve(requested, spec, target_info(target));
   }
   AttentionTunables want = requested;
-  if (ps.kind != Pattern::kNone && spec.key_block == 0 && !target.has_gpu_feature()) {
-    spec.key_block = kPatternKeyBlock;  // skipping masked blocks needs the key-block form
+  const bool skips = ps.kind != Pattern::kNone || spec.mask == MaskKind::kCausal;
+  if (skips && spec.key_block == 0 && !target.has_gpu_feature()) {
+    spec.key_block = kSkippingKeyBlock;  // skipping masked blocks needs the key-block form
   }
   if (ps.kind == Pattern::kBlockSparse && !target.has_gpu_feature()) {
     // One layout entry per (query tile, key block): both are the layout's block.

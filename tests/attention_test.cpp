@@ -195,6 +195,20 @@ TEST(AttentionDispatch, ForcedIsa) {
   EXPECT_STREQ(best->isa, attngen_isa());
 }
 
+// The row form for short key sequences, an explicit key-block kernel for long ones; a kernel
+// with a log-sum-exp output serves a call that wants only the weights.
+TEST(AttentionDispatch, FormFollowsKeyLength) {
+  AttentionTester().batch(1).heads(2, 2).seq(40, 300).head_dim(64).Test();
+  EXPECT_EQ(std::string(attngen_last_kernel()).find("_kb"), std::string::npos)
+      << attngen_last_kernel();
+  AttentionTester().batch(1).heads(1, 1).seq(9, 1500).head_dim(64).Test();
+  EXPECT_NE(std::string(attngen_last_kernel()).find("_kb128"), std::string::npos)
+      << attngen_last_kernel();
+  AttentionTester().batch(1).heads(2, 1).seq(33, 47).head_dim(64).weights().Test();
+  EXPECT_NE(std::string(attngen_last_kernel()).find("_p_lse"), std::string::npos)
+      << attngen_last_kernel();
+}
+
 TEST(VariantList, EveryOpHasKernels) {
   EXPECT_FALSE(kernels_of(ATTNGEN_OP_ATTENTION).empty());
   EXPECT_FALSE(kernels_of(ATTNGEN_OP_LINEAR).empty());

@@ -319,6 +319,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   query.pattern = opt.pattern;
   query.weights = opt.weights != nullptr;
   query.lse = opt.lse != nullptr;
+  query.seq_kv = seq_kv;
   query.mask_tensor = opt.mask_tensor == nullptr               ? ATTNGEN_MASK_TENSOR_NONE
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
@@ -346,8 +347,14 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
     make_view(hw, *opt.weights);
     args.weights = &hw.buf;
   }
+  std::vector<float> lse_scratch;
   if (opt.lse != nullptr) {
     make_view(hlse, *opt.lse);
+    args.lse = &hlse.buf;
+  } else if (kernel->lse) {
+    lse_scratch.resize(static_cast<size_t>(batch * heads_q * seq_q));
+    const int64_t shape[3] = {batch, heads_q, seq_q};
+    make_view(hlse, attngen_tensor_contiguous(lse_scratch.data(), ATTNGEN_F32, 3, shape));
     args.lse = &hlse.buf;
   }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(dqk));

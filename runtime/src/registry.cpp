@@ -83,6 +83,18 @@ const char* const kCuda = "cuda";
 // The ISA set by attngen_set_isa(), or nullptr.
 std::atomic<const char*> g_forced_isa{nullptr};
 
+// Above this many keys an explicit key-block kernel beats the default form: whole score rows
+// of a query tile no longer stay in L2 (bench/RESULTS.md, AVX-512: the row form leads at
+// Skv 512, is even at 1024 and behind from 2048).
+constexpr int64_t kLongKeys = 1024;
+
+// Among kernels of the same ISA: 1 for the form that suits the call's key length.
+int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {
+  if (q.op != ATTNGEN_OP_ATTENTION) return 0;
+  const int no_extra_output = (k.lse != 0) == q.lse ? 2 : 0;
+  return no_extra_output + ((k.key_block > 0) == (q.seq_kv > kLongKeys) ? 1 : 0);
+}
+
 // Higher is preferred when several kernels fit.
 int isa_rank(const char* isa) {
   for (int r = 4; r >= 0; --r) {
@@ -149,9 +161,10 @@ bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
       (kp.kind != ATTNGEN_PATTERN_BLOCK_SPARSE || kp.block == qp.block) &&
       (kp.kind != ATTNGEN_PATTERN_GLOBAL_LOCAL ||
        (kp.local == qp.local && kp.global_tokens == qp.global_tokens));
+  // A kernel with a log-sum-exp output serves calls without one (the runtime gives it scratch).
   return k.head_dim_v == q.head_dim_v && k.mask_tensor == q.mask_tensor &&
          (k.softcap != 0) == q.softcap && same_pattern && (k.weights != 0) == q.weights &&
-         (k.lse != 0) == q.lse;
+         (k.lse != 0 || !q.lse);
 }
 
 }  // namespace
@@ -190,7 +203,11 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
       unsupported_fit = true;
       continue;
     }
-    if (best == nullptr || isa_rank(k->isa) > isa_rank(best->isa)) best = k;
+    if (best == nullptr || isa_rank(k->isa) > isa_rank(best->isa) ||
+        (isa_rank(k->isa) == isa_rank(best->isa) &&
+         form_rank(*k, query) > form_rank(*best, query))) {
+      best = k;
+    }
   }
   if (best == nullptr) {
     if (unsupported_fit) {

@@ -53,6 +53,10 @@ typedef struct attngen_kernel_info {
   /* attention only: the pattern (layout NULL: a run-time input) and the extra outputs */
   attngen_pattern pattern;
   int32_t weights, lse; /* 1: writes the attention weights / the row log-sum-exp */
+  /* attention: keys per block of the online-softmax form when asked for explicitly (KEY_BLOCK),
+   * 0 for the target's default form. Among equally good fits the runtime prefers an explicit
+   * key-block kernel for long key sequences and a default one for short. */
+  int32_t key_block;
 } attngen_kernel_info;
 
 /* All kernels the runtime can dispatch to: registered ones first, then built-in ones. */
