@@ -116,7 +116,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 
   // The running (acc, max, sum) of the tile, updated once per key block.
   Func state = f.state;
-  state.compute_at(out, task).bound(f.qi, 0, t.query_tile);
+  state.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
   state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   state.update()
       .split(d, vo, vi, dv_lanes, dv_tail)

@@ -56,7 +56,7 @@ void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const 
 
   // Running state of the tile in shared memory, one update per key block.
   Func state = f.state;
-  state.compute_at(out, io).bound(f.qi, 0, tq);
+  state.compute_at(out, io).bound(f.qi, 0, tq).bound_extent(f.qt, 1);
   on_threads(state, d, f.qi, tq);
   const RVar rb = f.rb;  // the key blocks: serial, outside the threads
   const Var state_element = on_threads(state.update(), d, f.qi, tq, &rb);

@@ -1,5 +1,7 @@
 #include "schedules/schedule.h"
 
+#include <algorithm>
+
 namespace attngen {
 
 namespace {
@@ -23,9 +25,10 @@ constexpr int kSkippingKeyBlock = 64;
 
 int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
                       const Halide::Target& target) {
-  if (requested > 0) return requested;
-  if (!target.has_gpu_feature()) return 0;
-  int block = 32;
+  if (!target.has_gpu_feature()) return requested;
+  // On GPUs a block of K and V lives in shared memory: at most 32 keys, fewer when the head
+  // dims would not fit next to a full query tile (a larger request, tuned for CPUs, is capped).
+  int block = requested > 0 ? std::min(requested, 32) : 32;
   while (block > 8 &&
          cuda_shared_bytes(kCudaQueryTile, block, head_dim_qk, head_dim_v) > kCudaSharedBudget) {
     block /= 2;

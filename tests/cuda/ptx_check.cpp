@@ -99,7 +99,11 @@ int main(int argc, char** argv) {
               << (*it)[4] << ", dynamic shared memory " << (*it)[5];
     if (shared >= 0) std::cout << " = " << shared << " bytes";
     std::cout << "\n";
-    if (shared > kSharedLimit) {
+    if (shared < 0) {
+      std::cout << "FAIL: the shared memory of a block is not a compile-time constant, so the "
+                   "limit cannot be checked (a schedule bound is missing)\n";
+      ok = false;
+    } else if (shared > kSharedLimit) {
       std::cout << "FAIL: more than " << kSharedLimit << " bytes of shared memory per block\n";
       ok = false;
     }
