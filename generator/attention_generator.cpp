@@ -34,6 +34,7 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> query_tile{"query_tile", 0};
   GeneratorParam<int> key_tile{"key_tile", 0};
   GeneratorParam<int> pv_rows{"pv_rows", 0};
+  GeneratorParam<int> stage_kv{"stage_kv", -1, -1, 1};  // -1: the schedule's default
   // Algorithm form: 0 = the target's default (whole rows on CPUs, key blocks on GPUs), > 0 = key
   // blocks of this many keys merged with an online softmax.
   GeneratorParam<int> key_block{"key_block", 0, 0, 4096};
@@ -109,6 +110,7 @@ class Attention : public Generator<Attention> {
     requested.query_tile = query_tile;
     requested.key_tile = key_tile;
     requested.pv_rows = pv_rows;
+    requested.stage_kv = stage_kv;
     const attngen::AttentionTunables tunables =
         attngen::plan_attention(spec, requested, get_target());
 

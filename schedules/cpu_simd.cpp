@@ -130,6 +130,13 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
       .reorder(i, d)
       .vectorize(i, lanes);
 
+  // K and V of the key block, staged once per block for the whole tile: the inner loops then
+  // read fixed offsets from one base, with no per-key clamping or strided addressing.
+  if (t.stage_kv) {
+    f.k.compute_at(state, f.rb).vectorize(d, lanes_dividing(spec.head_dim_qk, info));
+    f.v.compute_at(state, f.rb).vectorize(d, dv_lanes);
+  }
+
   // Everything below works on one key block of one query tile, query rows innermost.
   Func scores = f.scores;
   scores.compute_at(state, f.rb)

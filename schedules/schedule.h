@@ -14,6 +14,7 @@ struct AttentionTunables {
   int query_tile = 0;  // query rows per parallel task (CPU) or per thread block (GPU)
   int key_tile = 0;    // keys per register tile of the q.k product
   int pv_rows = 0;     // query rows per register tile of the probs.v product
+  int stage_kv = -1;   // key-block form: copy each K/V block once per tile (1) or not (0)
 };
 
 struct LinearTunables {
