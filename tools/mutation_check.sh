@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Shows that the test suite can fail: breaks the algorithm in known ways (scale inverted, no
-# max subtraction, causal mask off by one, wrong kv head for GQA), rebuilds the tests in a
-# scratch worktree, and reports how many tests fail for each. Every line must say "caught".
+# max subtraction, causal mask off by one, wrong kv head for GQA, the online merge's weights
+# swapped, causal block skipping one block too eager, the strided band one too wide), rebuilds
+# the tests in a scratch worktree, and reports how many tests fail for each. Every line must
+# say "caught".
 #   bash tools/mutation_check.sh      (a few minutes: one build per mutation)
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -10,7 +12,8 @@ git -C "$repo" worktree add -q --detach "$work" HEAD
 trap 'git -C "$repo" worktree remove --force "$work"' EXIT
 cd "$work"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNGEN_BUILD_BENCH=OFF \
-  -DATTNGEN_BUILD_EXAMPLES=OFF > /dev/null
+  -DATTNGEN_BUILD_EXAMPLES=OFF -DATTNGEN_BUILD_TOOLS=OFF -DATTNGEN_CUDA=OFF \
+  -DATTNGEN_KERNEL_ISAS=host > /dev/null
 algo=generator/attention_algorithm.cpp
 mutate() {
   local name="$1" from="$2" to="$3"
@@ -26,7 +29,10 @@ PY
   if [ "$failed" -gt 0 ]; then echo "$name: caught ($failed failing tests)"; else echo "$name: NOT CAUGHT"; fi
 }
 mutate flip_scale 'f.dot(j, i, h, b) * in.scale' 'f.dot(j, i, h, b) / in.scale'
-mutate no_max_subtraction 'Expr m_safe = select(m == neg_inf, 0.0f, m);' 'Expr m_safe = 0.0f;'
+mutate no_max_subtraction 'Expr m_safe = select(is_masked(m), 0.0f, m);' 'Expr m_safe = 0.0f;'
 mutate causal_off_by_one 'attend = attend && j <= offset + i;' 'attend = attend && j <= offset + i + 1;'
 mutate gqa_wrong_head 'Expr hk = h / group;' 'Expr hk = h % in.heads_kv;'
+mutate online_merge_swapped 'Expr old_wins = m >= bmax;' 'Expr old_wins = m < bmax;'
+mutate causal_block_skip_too_eager 'visit = visit && first_key <= last_position;' 'visit = visit && first_key + 64 <= last_position;'
+mutate strided_band_off_by_one 'return abs(p - j) < ps.stride ||' 'return abs(p - j) <= ps.stride ||'
 git checkout -q -- "$algo"
