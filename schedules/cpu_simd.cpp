@@ -19,15 +19,46 @@ namespace attngen {
 
 using namespace Halide;
 
+namespace {
+
+// The scores of a query tile (all keys, or one key block), query rows innermost in memory and
+// in vectors: q.k register-blocked with (query_tile / lanes) x key_tile accumulators live across
+// Dqk; the row statistics (max and sum, reduced over `r`) and the exps vertical over the rows.
+// Where each Func is computed is the caller's choice.
+void schedule_score_tile(const AttentionFuncs& f, const std::vector<Func>& stats, const RVar& r,
+                         int lanes, int key_tile) {
+  const Var &i = f.i, &j = f.j;
+  Var qo("qo"), qi("qi"), jo("jo"), ji("ji");
+  Func scores = f.scores;
+  scores.reorder_storage(i, j)
+      .split(j, jo, ji, key_tile)
+      .split(i, qo, qi, lanes)
+      .reorder(qi, qo, ji, jo)
+      .vectorize(qi)
+      .unroll(qo);
+  Func dot = f.dot;
+  dot.compute_at(scores, jo).reorder_storage(i, j);
+  dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
+  dot.update().split(i, qo, qi, lanes).reorder(qi, qo, j, f.rd).vectorize(qi).unroll(qo).unroll(j);
+  for (Func g : stats) {
+    g.split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
+    g.update().split(i, qo, qi, lanes).reorder(qi, qo, r).vectorize(qi).unroll(qo);
+  }
+  Func probs = f.probs;
+  probs.reorder_storage(i, j).split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo);
+}
+
+}  // namespace
+
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail =
       spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
-  const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
+  const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task"), hb("hb");
-  Var vo("vo"), vi("vi"), qo("qo"), qi("qi"), jo("jo"), ji("ji");
+  Var vo("vo"), vi("vi");
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
@@ -60,34 +91,8 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 
   per_query_tile(f.q).reorder_storage(i, d).reorder(i, d).vectorize(i, lanes);
 
-  Func scores = per_query_tile(f.scores);
-  scores.reorder_storage(i, j)
-      .split(j, jo, ji, t.key_tile)
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, ji, jo)
-      .vectorize(qi)
-      .unroll(qo);
-
-  // q.k, register-blocked: (query_tile / lanes) x key_tile accumulators live across Dqk.
-  f.dot.compute_at(scores, jo).reorder_storage(i, j);
-  f.dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
-  f.dot.update()
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, j, f.rd)
-      .vectorize(qi)
-      .unroll(qo)
-      .unroll(j);
-
-  for (Func row : {f.row_max, f.row_sum}) {
-    per_query_tile(row).split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
-    row.update().split(i, qo, qi, lanes).reorder(qi, qo, f.rj).vectorize(qi).unroll(qo);
-  }
-  per_query_tile(f.probs)
-      .reorder_storage(i, j)
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, j)
-      .vectorize(qi)
-      .unroll(qo);
+  for (Func g : {f.scores, f.row_max, f.row_sum, f.probs}) per_query_tile(g);
+  schedule_score_tile(f, {f.row_max, f.row_sum}, f.rj, lanes, t.key_tile);
 }
 
 // Key blocks with the online softmax (AttentionSpec::key_block > 0): memory per task is
@@ -100,9 +105,9 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail =
       spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
-  const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
+  const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task"), hb("hb");
-  Var vo("vo"), vi("vi"), qo("qo"), qi("qi"), jo("jo"), ji("ji");
+  Var vo("vo"), vi("vi");
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
@@ -138,34 +143,8 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   }
 
   // Everything below works on one key block of one query tile, query rows innermost.
-  Func scores = f.scores;
-  scores.compute_at(state, f.rb)
-      .reorder_storage(i, j)
-      .split(j, jo, ji, t.key_tile)
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, ji, jo)
-      .vectorize(qi)
-      .unroll(qo);
-  f.dot.compute_at(scores, jo).reorder_storage(i, j);
-  f.dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
-  f.dot.update()
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, j, f.rd)
-      .vectorize(qi)
-      .unroll(qo)
-      .unroll(j);
-
-  for (Func g : {f.block_max, f.block_sum}) {
-    g.compute_at(state, f.rb).split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
-    g.update().split(i, qo, qi, lanes).reorder(qi, qo, f.rk).vectorize(qi).unroll(qo);
-  }
-  f.probs.compute_at(state, f.rb)
-      .reorder_storage(i, j)
-      .split(i, qo, qi, lanes)
-      .reorder(qi, qo, j)
-      .vectorize(qi)
-      .unroll(qo);
-
+  for (Func g : {f.scores, f.block_max, f.block_sum, f.probs}) g.compute_at(state, f.rb);
+  schedule_score_tile(f, {f.block_max, f.block_sum}, f.rk, lanes, t.key_tile);
   Func pv = f.block_pv;
   pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   pv.update()
