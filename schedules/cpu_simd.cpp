@@ -178,6 +178,10 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   sum.split(n, vo, vi, lanes).vectorize(vi).unroll(vo).unroll(s);
   sum.update().split(n, vo, vi, lanes).reorder(vi, vo, s, f.re).vectorize(vi).unroll(vo).unroll(s);
 
+  // The rows of a row block, staged once per block (it is reused by every n tile): the inner
+  // loop then reads them at fixed strides, with no per-row clamping.
+  f.x.compute_at(out, task).vectorize(e, lanes, TailStrategy::GuardWithIf);
+
   // Weights staged transposed, once per call, rounded up to whole n tiles.
   f.w.compute_root()
       .align_bounds(n, n_tile)
