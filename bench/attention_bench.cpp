@@ -216,6 +216,115 @@ bool read_shape_files(const std::string& list, std::vector<ModelShape>* shapes) 
 
 int g_threads = 1;  // set in main: --threads or one per core
 
+// ---- Decode against a KV cache: bandwidth of K/V streaming, next to a plain read of as many
+// bytes measured in the same run, and split-KV against one task per (sequence, kv head).
+
+struct DecodeShape {
+  int64_t b, sq, hq, hkv, d, skv;
+};
+
+std::string describe(const DecodeShape& s) {
+  return "B" + std::to_string(s.b) + "_Sq" + std::to_string(s.sq) + "_Hq" + std::to_string(s.hq) +
+         "_Hkv" + std::to_string(s.hkv) + "_D" + std::to_string(s.d) + "_Skv" +
+         std::to_string(s.skv);
+}
+
+// Bytes of K and V a decode call reads.
+double kv_bytes(const DecodeShape& s) { return 2.0 * s.b * s.skv * s.hkv * s.d * sizeof(float); }
+
+void set_bandwidth(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count.
+void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads) {
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 1;
+  o.batch = s.b;
+  o.heads_kv = s.hkv;
+  o.head_dim_qk = s.d;
+  o.capacity = s.skv;
+  attngen_kv_cache* cache = nullptr;
+  if (attngen_kv_cache_create(&o, &cache) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  std::vector<float> k = random_vector(s.b * s.skv * s.hkv * s.d, 1);
+  std::vector<float> v = random_vector(k.size(), 2);
+  std::vector<float> q = random_vector(s.b * s.sq * s.hq * s.d, 3), out(q.size());
+  const int64_t ks[] = {s.b, s.skv, s.hkv, s.d}, qs[] = {s.b, s.sq, s.hq, s.d};
+  const attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, ks);
+  const attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, ks);
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
+  attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
+  attngen_decode_options opt = attngen_decode_options_default();
+  opt.kv_splits = kv_splits;
+  if (threads > 0) attngen_set_num_threads(threads);
+  if (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
+      attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+  } else {
+    state.SetLabel(attngen_last_kernel());
+    for (auto _ : state) {
+      if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+        state.SkipWithError(attngen_last_error());
+        break;
+      }
+    }
+    set_bandwidth(state, kv_bytes(s));
+  }
+  if (threads > 0) attngen_set_num_threads(g_threads);
+  attngen_kv_cache_destroy(cache);
+}
+
+// The memory system's streaming read rate: `threads` threads sum disjoint slices of a buffer
+// as large as the decode's K and V (larger than the last-level cache), 64-bit words.
+void stream_read(benchmark::State& state, double bytes, int threads) {
+  std::vector<uint64_t> buf(static_cast<size_t>(bytes / sizeof(uint64_t)));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);  // a cache line per thread
+  const size_t slice = buf.size() / threads;
+  auto sum = [&](int t) {
+    const uint64_t* p = buf.data() + t * slice;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < slice; ++i) acc += p[i];
+    sums[static_cast<size_t>(t) * 8] = acc;
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(sum, t);
+    sum(0);
+    for (std::thread& h : helpers) h.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  set_bandwidth(state, static_cast<double>(slice * threads * sizeof(uint64_t)));
+}
+
+void register_decode() {
+  // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over an 8k cache.
+  const DecodeShape llama{1, 1, 32, 8, 128, 8192};
+  const auto add = [](const std::string& name, auto fn, auto... args) {
+    benchmark::RegisterBenchmark(name.c_str(), fn, args...)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  };
+  add("decode/" + describe(llama), decode, llama, 0, 0);
+  // The same heads over a cache that fits in L2: the kernel's compute rate, not memory's.
+  const DecodeShape resident{1, 1, 32, 8, 128, 128};
+  add("decode/" + describe(resident), decode, resident, 0, 0);
+  add("stream_read/" + std::to_string(static_cast<int64_t>(kv_bytes(llama)) >> 20) + "MiB",
+      stream_read, kv_bytes(llama), g_threads);
+  // Split-KV against one task per (sequence, kv head), on 2 threads: with 8 kv heads, and with
+  // multi-query attention (1 kv head), where without splits one thread has all the work.
+  const DecodeShape mqa{1, 1, 32, 1, 128, 32768};
+  for (const DecodeShape& s : {llama, mqa}) {
+    add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2);
+    add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2);
+    add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2);
+  }
+}
+
 void attngen_auto(benchmark::State& state, ModelShape m) {
   std::vector<float> q = random_vector(m.b * m.s * m.h * m.d, 1);
   std::vector<float> k = random_vector(q.size(), 2), v = random_vector(q.size(), 3), o(q.size());
@@ -351,6 +460,7 @@ int main(int argc, char** argv) {
       ->Arg(2048)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  register_decode();
   if (!shape_lists.empty()) {
     std::vector<ModelShape> shapes;
     for (const std::string& list : shape_lists) {

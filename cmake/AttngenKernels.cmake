@@ -7,10 +7,10 @@
 #   ... attngen_register_kernel(&attngen_kernel_my_attn);   // or pass it to attngen_attention_with
 #
 # Arguments (see docs/variants.md for the naming scheme and every value):
-#   OP           attention | linear | mha                         (default attention)
-#   HEAD_DIM     head dim of Q and K (attention) or of the heads (mha)
-#   HEAD_DIM_V   head dim of V and O, when it differs (attention)
-#   MASK         none | causal                                    (default none)
+#   OP           attention | linear | mha | decode                (default attention)
+#   HEAD_DIM     head dim of Q and K (attention, decode) or of the heads (mha)
+#   HEAD_DIM_V   head dim of V and O, when it differs (attention, decode)
+#   MASK         none | causal                  (default none; decode kernels are always causal)
 #   MASK_TENSOR  none | bool | additive                           (default none)
 #   SOFTCAP      flag: the kernel applies c * tanh(s / c)
 #   PATTERN      none | window | strided | block_sparse | global_local, with its parameters
@@ -19,7 +19,8 @@
 #   WEIGHTS      flag: also writes the attention weights P [B, Hq, Sq, Skv]
 #   LSE          flag: also writes the row log-sum-exp [B, Hq, Sq]
 #   KEY_BLOCK    keys per block of the online-softmax form (attention; 0 or absent: the ISA's
-#                default, whole score rows on CPUs and shared-memory-sized blocks on CUDA)
+#                default, whole score rows on CPUs and shared-memory-sized blocks on CUDA), or
+#                of a decode kernel's splits (decode; 0 or absent: the ISA's default)
 #   ISA          host | avx512 | avx2 | sse41 | neon | cuda      (default host)
 #   TUNABLES     generator params of the schedule, e.g. query_tile=32
 #   NAME_VAR     variable that receives the kernel's derived name (when NAME is AUTO)
@@ -138,6 +139,13 @@ function(attngen_add_kernel NAME)
   if (NOT A_HEAD_DIM_V)
     set(A_HEAD_DIM_V ${A_HEAD_DIM})
   endif ()
+  if (A_OP STREQUAL "decode")
+    # Queries of a KV cache attend the cached positions up to their own (bottom-right causal).
+    if (A_MASK AND NOT A_MASK STREQUAL "causal")
+      message(FATAL_ERROR "attngen_add_kernel(${NAME}): decode kernels are causal (MASK causal)")
+    endif ()
+    set(A_MASK causal)
+  endif ()
   if (NOT A_MASK)
     set(A_MASK none)
   endif ()
@@ -196,6 +204,8 @@ function(attngen_add_kernel NAME)
       set(op_short linear)
     elseif (A_OP STREQUAL "mha")
       set(op_short mha)
+    elseif (A_OP STREQUAL "decode")
+      set(op_short decode)
     endif ()
     set(NAME "${op_short}_f32")
     if (NOT A_OP STREQUAL "linear")
@@ -254,8 +264,10 @@ function(attngen_add_kernel NAME)
     set(params head_dim=${A_HEAD_DIM} mask=${A_MASK})
   elseif (A_OP STREQUAL "linear")
     set(params "")
+  elseif (A_OP STREQUAL "decode")
+    set(params head_dim_qk=${A_HEAD_DIM} head_dim_v=${A_HEAD_DIM_V} key_block=${A_KEY_BLOCK})
   else ()
-    message(FATAL_ERROR "attngen_add_kernel(${NAME}): OP must be attention, linear or mha")
+    message(FATAL_ERROR "attngen_add_kernel(${NAME}): OP must be attention, linear, mha or decode")
   endif ()
   list(APPEND params ${A_TUNABLES})
 

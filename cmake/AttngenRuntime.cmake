@@ -8,6 +8,8 @@ function(attngen_runtime_library NAME)
   cmake_parse_arguments(A "SANITIZE" "" "" ${ARGN})
   add_library(${NAME} STATIC
               "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/decode.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/kv_cache.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/pattern.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"

@@ -38,4 +38,7 @@ set(ATTNGEN_VARIANTS
     "OP linear"
     "OP mha HEAD_DIM 64"
     "OP mha HEAD_DIM 64 MASK causal"
+    # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
+    "OP decode HEAD_DIM 64"
+    "OP decode HEAD_DIM 128"
 )

@@ -99,3 +99,70 @@ void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info) {
 }
 
 }  // namespace attngen
+
+namespace attngen {
+
+// Decode: one thread block per (row tile, split, kv head x sequence), 32 x kCudaDecodeRowTile
+// threads (d along x, rows along y). The tile's query rows are staged once in shared memory; per
+// key block the block stages K and V in shared memory, computes the scores of its rows (one thread
+// per (key, row)), their block max and sum (one thread per row) and probs, and each thread folds
+// its (d, row) slice of probs.V into the split's running state in global memory. The merge of
+// the splits is a second kernel, one thread per output element.
+void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info) {
+  (void)info;
+  const int tr = kCudaDecodeRowTile;
+  const int kb = spec.key_block;
+  const TailStrategy guard = TailStrategy::GuardWithIf;
+  const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &sp = f.sp;
+  Var rt("rt"), ri("ri"), hb("hb"), dox("dox"), dix("dix"), kbo("kbo"), kbi("kbi");
+
+  f.visit.compute_root().gpu_tile(f.kb, kbo, kbi, kThreadsX, guard);
+  f.row_position.compute_root().gpu_tile(r, kbo, kbi, kThreadsX, guard);
+
+  Func state = f.state;
+  state.compute_root()
+      .split(r, rt, ri, tr, guard)
+      .split(d, dox, dix, kThreadsX, guard)
+      .reorder(dox, dix, ri, rt, sp, hk, b)
+      .fuse(hk, b, hb)
+      .gpu_threads(dix, ri)
+      .gpu_blocks(rt, sp, hb);
+  const RVar rb = f.rb;
+  state.update()
+      .split(r, rt, ri, tr, guard)
+      .split(d, dox, dix, kThreadsX, guard)
+      .reorder(dox, dix, ri, rb, rt, sp, hk, b)
+      .fuse(hk, b, hb)
+      .gpu_threads(dix, ri)
+      .gpu_blocks(rt, sp, hb);
+
+  // The tile's query rows, once per thread block.
+  f.q.compute_at(state, rt).bound_extent(r, tr);
+  on_threads(f.q, d, r, tr);
+
+  // Per key block: K (transposed) and V staged, scores, stats and probs in shared memory.
+  f.k.compute_at(state, rb).bound_extent(s, kb).reorder_storage(s, d);
+  on_threads(f.k, s, d, tr);
+  f.v.compute_at(state, rb).bound_extent(s, kb);
+  on_threads(f.v, d, s, tr);
+  f.scores.compute_at(state, rb).bound_extent(s, kb).bound_extent(r, tr);
+  f.dot.compute_at(f.scores, on_threads(f.scores, s, r, tr));
+  for (Func g : {f.block_max, f.block_sum}) {
+    Func shared = g.in();
+    Var ro("ro"), rr("rr");
+    shared.compute_at(state, rb).bound_extent(r, tr).split(r, ro, rr, tr, guard).gpu_threads(rr);
+    g.compute_at(shared, rr);
+  }
+  f.probs.compute_at(state, rb).bound_extent(s, kb).bound_extent(r, tr);
+  on_threads(f.probs, s, r, tr);
+  f.block_pv.compute_at(state, dox);
+
+  // The merge: one thread per output element, looping over the splits.
+  Func out = f.out;
+  Var ib("ib"), hib("hib"), yo("yo"), yi("yi");
+  out.fuse(f.i, b, ib).fuse(f.h, ib, hib).gpu_tile(d, hib, dox, yo, dix, yi, kThreadsX, 8, guard);
+  f.weight.compute_inline();
+  for (Func g : {f.max, f.sum, f.acc}) g.compute_at(out, dix);
+}
+
+}  // namespace attngen

@@ -34,3 +34,27 @@ void schedule_linear_generic(LinearFuncs f, const TargetInfo& info) {
 }
 
 }  // namespace attngen
+
+namespace attngen {
+
+using namespace Halide;
+
+void schedule_decode_generic(DecodeFuncs f, const TargetInfo& info) {
+  const int lanes = info.f32_lanes;
+  Var task("task"), shk("shk");
+  f.visit.compute_root();
+  f.row_position.compute_root();
+  f.state.compute_root();
+  f.state.update()
+      .reorder(f.d, f.r, f.rb, f.sp, f.hk, f.b)
+      .fuse(f.sp, f.hk, shk)
+      .fuse(shk, f.b, task);
+  f.state.update().parallel(task).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
+  for (Func g : {f.scores, f.block_max, f.probs, f.block_sum, f.block_pv}) {
+    g.compute_at(f.state, f.rb);
+  }
+  f.out.parallel(f.b).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
+  for (Func g : {f.max, f.sum, f.weight, f.acc}) g.compute_at(f.out, f.h);
+}
+
+}  // namespace attngen

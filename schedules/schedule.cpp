@@ -155,3 +155,59 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
 }
 
 }  // namespace attngen
+
+namespace attngen {
+
+namespace {
+
+// Keys per block of the decode kernels' online softmax. CPU: see schedules/cpu_decode.cpp. CUDA:
+// at most this, within the shared-memory budget (schedules/cuda.cpp stages a block of K and V).
+constexpr int kCpuDecodeKeyBlock = 64;
+constexpr int kCudaDecodeKeyBlock = 32;
+
+}  // namespace
+
+DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
+                           const Halide::Target& target) {
+  const TargetInfo info = target_info(target);
+  if (spec.key_block <= 0 && info.isa == Isa::kCuda) {
+    // Shared memory of a thread block: K and V blocks, the tile's q rows, scores and probs.
+    spec.key_block = kCudaDecodeKeyBlock;
+    while (spec.key_block > 8 &&
+           4 * (spec.key_block * (spec.head_dim_qk + spec.head_dim_v) +
+                kCudaDecodeRowTile * spec.head_dim_qk + 2 * spec.key_block * kCudaDecodeRowTile) >
+               kCudaSharedBudget) {
+      spec.key_block /= 2;
+    }
+  }
+  if (spec.key_block <= 0) spec.key_block = kCpuDecodeKeyBlock;
+  DecodeTunables t = requested;
+  if (t.key_tile <= 0) t.key_tile = 8;
+  if (t.pv_rows <= 0) {
+    const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+    t.pv_rows = rows_for_accumulators((spec.head_dim_v + dv_lanes - 1) / dv_lanes, 8, info);
+  }
+  return t;
+}
+
+void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
+                     bool autoscheduled, const DecodeTunables& tunables) {
+  if (autoscheduled) return;
+  const TargetInfo info = target_info(target);
+  switch (info.isa) {
+    case Isa::kCuda:
+      schedule_decode_cuda(f, spec, info);
+      return;
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+    case Isa::kNeon:
+    case Isa::kSse41:
+      schedule_decode_simd(f, spec, info, tunables);
+      return;
+    case Isa::kGeneric:
+      schedule_decode_generic(f, info);
+      return;
+  }
+}
+
+}  // namespace attngen

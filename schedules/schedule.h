@@ -5,6 +5,7 @@
 
 #include "Halide.h"
 #include "generator/attention_algorithm.h"
+#include "generator/decode_algorithm.h"
 #include "schedules/target_info.h"
 
 namespace attngen {
@@ -55,5 +56,27 @@ void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
                                 const TargetInfo& info);
 void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);
+
+// Decode (generator/decode_algorithm.h). Tunables: 0 = derived from the target.
+struct DecodeTunables {
+  int key_tile = 0;  // keys whose q.k products are in flight together (CPU)
+  int pv_rows = 0;   // rows per register tile of the probs.v product (CPU)
+};
+
+// Rows (query heads x queries of a kv head) per CUDA thread block of the decode schedule.
+constexpr int kCudaDecodeRowTile = 16;
+
+// Fixes spec.key_block (0 = the target's default) before the algorithm is defined; returns the
+// resolved tunables for schedule_decode().
+DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
+                           const Halide::Target& target);
+
+void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
+                     bool autoscheduled, const DecodeTunables& tunables);
+
+void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
+                          const DecodeTunables& t);
+void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info);
+void schedule_decode_generic(DecodeFuncs f, const TargetInfo& info);
 
 }  // namespace attngen

@@ -1,8 +1,12 @@
 // The C API: validate every argument, pick a kernel, run it with Halide's errors captured.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/src/internal.h"
@@ -13,6 +17,7 @@ namespace {
 
 thread_local std::string t_last_error;
 thread_local std::string t_last_kernel;
+std::atomic<int> g_num_threads{0};  // attngen_set_num_threads(); 0: Halide's default
 
 // Per-call sink for Halide's error messages, passed to kernels as their user_context.
 struct CallContext {
@@ -194,6 +199,16 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
     c.fail(ATTNGEN_ERROR_KERNEL, msg);
   }
   return c.status();
+}
+
+int thread_count() {
+  const int set = g_num_threads.load();
+  if (set > 0) return set;
+  if (const char* env = std::getenv("HL_NUM_THREADS")) {  // Halide's own default
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 attngen_status finish(const Check& c, const attngen_kernel_info* kernel) {
@@ -505,6 +520,8 @@ const char* attngen_status_name(attngen_status status) {
     ATTNGEN_NAME(ATTNGEN_ERROR_NO_KERNEL)
     ATTNGEN_NAME(ATTNGEN_ERROR_UNSUPPORTED_TARGET)
     ATTNGEN_NAME(ATTNGEN_ERROR_KERNEL)
+    ATTNGEN_NAME(ATTNGEN_ERROR_CAPACITY)
+    ATTNGEN_NAME(ATTNGEN_ERROR_OUT_OF_MEMORY)
 #undef ATTNGEN_NAME
     case ATTNGEN_STATUS_FORCE_32BIT:
       break;
@@ -518,6 +535,7 @@ attngen_status attngen_set_num_threads(int threads) {
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "threads is negative");
   } else {
     halide_set_num_threads(threads);
+    g_num_threads.store(threads);
   }
   return finish(c, nullptr);
 }

@@ -76,4 +76,7 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
 // Publishes a call's outcome to attngen_last_error() / attngen_last_kernel().
 attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 
+// Threads the kernels run on (attngen_set_num_threads(), or Halide's default).
+int thread_count();
+
 }  // namespace attngen::rt

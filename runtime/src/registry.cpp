@@ -111,6 +111,8 @@ const char* op_name(attngen_op op) {
       return "linear";
     case ATTNGEN_OP_MHA:
       return "mha";
+    case ATTNGEN_OP_DECODE:
+      return "decode";
   }
   return "?";
 }

@@ -34,6 +34,8 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_NO_KERNEL,          /* no kernel was generated for this configuration */
   ATTNGEN_ERROR_UNSUPPORTED_TARGET, /* the kernel needs an ISA this machine lacks */
   ATTNGEN_ERROR_KERNEL,             /* the kernel itself failed (e.g. out of memory) */
+  ATTNGEN_ERROR_CAPACITY,           /* a KV cache cannot hold what is appended or attended */
+  ATTNGEN_ERROR_OUT_OF_MEMORY,      /* the library could not allocate memory it needs */
   /* Enums are int-sized; values from C callers are checked, never trusted. */
   ATTNGEN_STATUS_FORCE_32BIT = 0x7fffffff
 } attngen_status;
@@ -156,6 +158,106 @@ typedef struct attngen_mha_options {
  * inference, x and y [B, S, E], F32. */
 attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
                            attngen_tensor* y, const attngen_mha_options* options);
+
+/* ---- Incremental decoding: a KV cache, and attention of new tokens over it ----
+ *
+ * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
+ * so far (docs/semantics.md, "Incremental decoding"). Its storage layout is what the decode
+ * kernels read: per layer K [B, Hkv, capacity, Dqk] and V [B, Hkv, capacity, Dv], densely
+ * packed, layers one after the other, so element d of kv head h in slot s of sequence b is at
+ *   K: (((layer * B + b) * Hkv + h) * capacity + s) * Dqk + d   (V likewise with Dv).
+ * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
+ * A cache is not synchronised: calls on one cache must not run concurrently. */
+typedef struct attngen_kv_cache attngen_kv_cache;
+
+typedef struct attngen_kv_cache_options {
+  int64_t layers;
+  int64_t batch;       /* B: sequences */
+  int64_t heads_kv;    /* Hkv */
+  int64_t head_dim_qk; /* Dqk */
+  int64_t head_dim_v;  /* Dv; 0: Dqk */
+  int64_t capacity;    /* slots per layer and sequence */
+  attngen_dtype dtype; /* of the stored K and V: ATTNGEN_F32 */
+  /* -1: no window; the cache holds positions 0 .. capacity - 1, and appending beyond is
+   * ATTNGEN_ERROR_CAPACITY. L >= 0: a sliding-window model whose query at position p attends
+   * positions p - L .. p; the cache is a ring buffer keeping the last `capacity` positions
+   * (capacity >= L + 1, e.g. exactly L + 1), and one append, like one decode call, takes at
+   * most capacity - L tokens per sequence (so every query still finds its whole window). */
+  int64_t window;
+  /* Optional caller-provided storage, both or neither, of attngen_kv_cache_storage_size()
+   * bytes each (64-byte aligned recommended), outliving the cache. NULL: the cache owns its
+   * storage. */
+  void* k_storage;
+  void* v_storage;
+} attngen_kv_cache_options;
+
+/* All zero but window = -1 and dtype = ATTNGEN_F32. */
+attngen_kv_cache_options attngen_kv_cache_options_default(void);
+
+/* Bytes of K and V storage that a cache with these options needs. */
+attngen_status attngen_kv_cache_storage_size(const attngen_kv_cache_options* options,
+                                             size_t* k_bytes, size_t* v_bytes);
+
+/* Creates an empty cache (every sequence of every layer holds 0 positions) in *cache. */
+attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
+                                       attngen_kv_cache** cache);
+
+/* Frees the cache (and its storage, if it owns it). NULL is a no-op. */
+void attngen_kv_cache_destroy(attngen_kv_cache* cache);
+
+/* Appends t new tokens of one layer: k [B, t, Hkv, Dqk], v [B, t, Hkv, Dv], F32, innermost
+ * stride 1 (views into a fused QKV buffer work). counts, optional I32 [B] with values in
+ * [0, t]: sequence b appends only its first counts[b] rows (NULL: all t), so a batch may hold
+ * sequences of different lengths. On any error nothing is appended. */
+attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
+                                       const attngen_tensor* k, const attngen_tensor* v,
+                                       const attngen_tensor* counts);
+
+/* Positions appended so far to one sequence of one layer (in ring-buffer mode including those
+ * no longer kept). */
+attngen_status attngen_kv_cache_length(const attngen_kv_cache* cache, int64_t layer,
+                                       int64_t sequence, int64_t* length);
+
+/* Empties one sequence (in every layer), or every sequence with sequence = -1. */
+attngen_status attngen_kv_cache_reset(attngen_kv_cache* cache, int64_t sequence);
+
+typedef struct attngen_decode_options {
+  float scale; /* 0: 1 / sqrt(Dqk) */
+  /* optional I32 [B], values in [0, t]: the real query rows of each sequence, its first
+   * counts[b] rows (NULL: all t). The same tensor as given to the append. */
+  const attngen_tensor* counts;
+  /* split-KV: each (sequence, kv head) splits its cached keys into this many parts, processed
+   * in parallel and merged (0: chosen from the sizes and the thread count; 1: no split). */
+  int32_t kv_splits;
+  const char* kernel; /* optional: run the decode kernel of this name */
+} attngen_decode_options;
+
+attngen_decode_options attngen_decode_options_default(void);
+
+/* Attention of t new queries q [B, t, Hq, Dqk] over the positions the cache holds for `layer`
+ * (append the new tokens' K and V first), bottom-right causal: query i of sequence b sits at
+ * position n_b - counts[b] + i, n_b being the sequence's length, and attends positions up to
+ * its own (and no further back than the cache's window). out [B, t, Hq, Dv], F32; rows
+ * i >= counts[b] are 0. Hq must be a multiple of the cache's Hkv (grouped-query). */
+attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
+                              attngen_tensor* out, const attngen_decode_options* options);
+
+typedef struct attngen_mha_decode_options {
+  int64_t num_heads;            /* H; the cache must have Hkv = H and Dqk = Dv = E / H */
+  const attngen_tensor* counts; /* optional I32 [B]: tokens of each sequence in x */
+  int32_t kv_splits;            /* as in attngen_decode_options */
+} attngen_mha_decode_options;
+
+/* One decode step of the nn.MultiheadAttention layer of attngen_mha() (self-attention,
+ * causal): x [B, t, E] holds each sequence's next tokens; projects them (in_proj), appends
+ * their K and V to `layer` of the cache, attends their queries over the cache, and projects
+ * the result (out_proj) into y [B, t, E]. Over a whole sequence, step by step, y equals
+ * attngen_mha() with ATTNGEN_MASK_CAUSAL. Rows i >= counts[b] of y are out_proj of zeros (the
+ * bias). Validation happens before anything is appended; a kernel failure after the append
+ * leaves the tokens appended. */
+attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_weights* weights,
+                                  attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
+                                  const attngen_mha_decode_options* options);
 
 /* Message of the last call made on this thread ("" after success). */
 const char* attngen_last_error(void);

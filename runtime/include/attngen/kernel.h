@@ -18,7 +18,8 @@ struct halide_buffer_t;
 typedef enum attngen_op {
   ATTNGEN_OP_ATTENTION = 0,
   ATTNGEN_OP_LINEAR = 1,
-  ATTNGEN_OP_MHA = 2
+  ATTNGEN_OP_MHA = 2,
+  ATTNGEN_OP_DECODE = 3
 } attngen_op;
 
 typedef enum attngen_mask_tensor_kind {
@@ -30,13 +31,20 @@ typedef enum attngen_mask_tensor_kind {
 /* Arguments of one kernel call, already validated, as Halide buffers. Each op reads its own:
  * attention: q, k, v, kv_len, mask, layout, scale, softcap, bottom_right -> out, weights, lse
  * linear:    x, w, bias -> out
- * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out */
+ * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out
+ * decode:    q, k, v (one layer of a KV cache, [B, Hkv, capacity, D] slots), kv_len, q_len,
+ *            capacity, window, scale, split_keys -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
   struct halide_buffer_t *x, *w, *bias, *w2, *bias2;
   struct halide_buffer_t *out, *weights, *lse;
   float scale, softcap;
   int bottom_right;
+  /* decode only */
+  struct halide_buffer_t* q_len; /* I32 [B]: real query rows per sequence */
+  int32_t capacity;              /* ring size of the cache (slot = position mod capacity) */
+  int32_t window;                /* left window, -1: none */
+  int32_t split_keys;            /* split-KV: keys per partial (rounded up to key blocks) */
 } attngen_kernel_args;
 
 typedef struct attngen_kernel_info {

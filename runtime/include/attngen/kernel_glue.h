@@ -43,6 +43,9 @@ int call(void* uc, const attngen_kernel_args* a) {
                                          optional_arg<(Features & kLse) != 0>(a->lse)));
   } else if constexpr (Op == ATTNGEN_OP_LINEAR) {
     return Fn(uc, a->x, a->w, a->bias, a->out);
+  } else if constexpr (Op == ATTNGEN_OP_DECODE) {
+    return Fn(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale, a->split_keys, a->k,
+              a->v, a->out);
   } else {
     return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0, a->out);
   }
@@ -57,9 +60,9 @@ int run(void* uc, const attngen_kernel_args* a) {
     for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
       if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
     }
-    halide_buffer_t* const buffers[] = {a->q,      a->k,   a->v,       a->kv_len, a->mask,
-                                        a->layout, a->x,   a->w,       a->w2,     a->bias,
-                                        a->bias2,  a->out, a->weights, a->lse};
+    halide_buffer_t* const buffers[] = {a->q,      a->k,     a->v,   a->kv_len,  a->mask,
+                                        a->layout, a->x,     a->w,   a->w2,      a->bias,
+                                        a->bias2,  a->q_len, a->out, a->weights, a->lse};
     for (halide_buffer_t* buf : buffers) {
       if (buf != nullptr && buf->device != 0) {
         const int freed = halide_device_free(uc, buf);

@@ -1,0 +1,133 @@
+#include "generator/decode_algorithm.h"
+
+#include "generator/attention_algorithm.h"
+
+namespace attngen {
+
+using namespace Halide;
+
+namespace {
+
+// Masked scores are a large finite negative value, never -inf, for the reason given in
+// attention_algorithm.cpp (fast-math flags may fold comparisons with -inf away).
+constexpr float kMaskedScore = -1e30f;
+constexpr float kMaskedBelow = -1e29f;
+
+Expr is_masked(const Expr& score) { return score <= kMaskedBelow; }
+
+}  // namespace
+
+DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
+  DecodeFuncs f;
+  const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb, &sp = f.sp;
+  const Var &h = f.h, &i = f.i;
+  const int block = spec.key_block;
+
+  // Rows of a kv head: its g query heads (innermost, as in q's memory) times the queries.
+  const Expr group = in.heads_q / in.heads_kv;
+  f.rows = group * in.seq_q;
+  const Expr query = r / group;
+  f.q = Func("q_rows");
+  f.q(d, r, hk, b) = in.q(d, hk * group + r % group, clamp(query, 0, in.seq_q - 1), b);
+  // Reads along the slots are clamped to the slots the sequence has filled, so a schedule may
+  // compute whole blocks past the end, and never reads a slot that was not written (whose
+  // garbage, NaN say, would turn the 0 * v of a masked key into NaN).
+  const Expr len = in.kv_len(b);
+  const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
+  f.k = Func("k_slots");
+  f.k(d, s, hk, b) = cast<float>(in.k(d, slot, hk, b));
+  f.v = Func("v_slots");
+  f.v(d, s, hk, b) = cast<float>(in.v(d, slot, hk, b));
+
+  // Slot s holds the newest position p < kv_len with p = s (mod capacity); with kv_len <=
+  // capacity that is s itself for s < kv_len, and nothing (negative) beyond. Written with a
+  // select instead of a division by the capacity per slot, so it vectorises.
+  const Expr newest = (len - 1) % in.capacity;  // Euclidean: the slot of position len - 1
+  f.position = Func("position");
+  f.position(s, b) = (len - 1 - newest) + s - select(s > newest, in.capacity, 0);
+
+  // Position of row r's query, or -1 for rows past q_len (they attend nothing). A Func of its
+  // own, so that the division by the group is not evaluated per key.
+  const Expr q_len = in.q_len(b);
+  f.row_position = Func("row_position");
+  f.row_position(r, b) = select(query < q_len, len - q_len + query, -1);
+  const Expr p = f.position(s, b), query_position = f.row_position(r, b);
+  Expr attend = s < in.slots && p >= 0 && p <= query_position;
+  attend = attend && (in.window < 0 || p >= query_position - in.window);
+
+  f.rd = RDom(0, spec.head_dim_qk, "rd");
+  f.dot = Func("dot");
+  f.dot(s, r, hk, b) = 0.0f;
+  f.dot(s, r, hk, b) += f.q(f.rd, r, hk, b) * f.k(f.rd, s, hk, b);
+  f.scores = Func("scores");
+  f.scores(s, r, hk, b) = select(attend, f.dot(s, r, hk, b) * in.scale, kMaskedScore);
+
+  // Per key block, as in the key-block form of attention: its max, exps relative to it, their
+  // sum and their product with V.
+  f.rk = RDom(0, block, "rk");
+  const Expr key = kb * block + f.rk;
+  f.block_max = Func("block_max");
+  f.block_max(kb, r, hk, b) = kMaskedScore;
+  f.block_max(kb, r, hk, b) = Halide::max(f.block_max(kb, r, hk, b), f.scores(key, r, hk, b));
+  const Expr bm = f.block_max(s / block, r, hk, b);
+  f.probs = Func("probs");
+  f.probs(s, r, hk, b) = softmax_exp(f.scores(s, r, hk, b) - select(is_masked(bm), 0.0f, bm));
+  f.block_sum = Func("block_sum");
+  f.block_sum(kb, r, hk, b) = 0.0f;
+  f.block_sum(kb, r, hk, b) += f.probs(key, r, hk, b);
+  f.block_pv = Func("block_pv");
+  f.block_pv(d, kb, r, hk, b) = 0.0f;
+  f.block_pv(d, kb, r, hk, b) += f.probs(key, r, hk, b) * f.v(d, key, hk, b);
+
+  // Split sp folds its blocks in order into a running (acc, max, sum). Blocks holding no key any
+  // row may attend are skipped: past the filled slots of the sequence, and, in a plain
+  // (non-ring) cache with a window, before the window of the first query.
+  const Expr blocks = (in.slots + block - 1) / block;
+  f.blocks_per_split = Halide::max(1, (in.split_keys + block - 1) / block);
+  f.splits = (blocks + f.blocks_per_split - 1) / f.blocks_per_split;
+  // The test is a Func, so that bounds inference cannot solve the RDom predicate for sp and
+  // widen the per-block stages to many blocks.
+  const Expr first = kb * block;
+  f.visit = Func("visit");
+  f.visit(kb, b) =
+      first < Halide::min(len, in.slots) &&
+      (in.window < 0 || len > in.capacity || first + (block - 1) >= len - q_len - in.window);
+  f.rb = RDom(0, f.blocks_per_split, "rb");
+  f.rb.where(f.visit(sp * f.blocks_per_split + f.rb, b));
+
+  f.state = Func("split_state");
+  f.state(d, r, sp, hk, b) = Tuple(0.0f, kMaskedScore, 0.0f);
+  const Expr acc = f.state(d, r, sp, hk, b)[0], m = f.state(d, r, sp, hk, b)[1];
+  const Expr l = f.state(d, r, sp, hk, b)[2];
+  const Expr blk = sp * f.blocks_per_split + f.rb;
+  const Expr bmax = f.block_max(blk, r, hk, b);
+  const Expr m_new = Halide::max(m, bmax);
+  const Expr alpha = select(is_masked(m), 0.0f, softmax_exp(m - m_new));
+  const Expr beta = select(is_masked(bmax), 0.0f, softmax_exp(bmax - m_new));
+  f.state(d, r, sp, hk, b) = Tuple(acc * alpha + f.block_pv(d, blk, r, hk, b) * beta, m_new,
+                                   l * alpha + f.block_sum(blk, r, hk, b) * beta);
+
+  // Log-sum-exp merge of the splits: each partial weighs exp(its max - the overall max).
+  f.rs = RDom(0, f.splits, "rs");
+  f.max = Func("split_max");
+  f.max(r, hk, b) = kMaskedScore;
+  f.max(r, hk, b) = Halide::max(f.max(r, hk, b), f.state(0, r, f.rs, hk, b)[1]);
+  const Expr split_max = f.state(0, r, sp, hk, b)[1];
+  f.weight = Func("split_weight");
+  f.weight(sp, r, hk, b) =
+      select(is_masked(split_max), 0.0f, softmax_exp(split_max - f.max(r, hk, b)));
+  f.sum = Func("split_sum");
+  f.sum(r, hk, b) = 0.0f;
+  f.sum(r, hk, b) += f.state(0, r, f.rs, hk, b)[2] * f.weight(f.rs, r, hk, b);
+  f.acc = Func("split_acc");
+  f.acc(d, r, hk, b) = 0.0f;
+  f.acc(d, r, hk, b) += f.state(d, r, f.rs, hk, b)[0] * f.weight(f.rs, r, hk, b);
+
+  const Expr row = h % group + group * i, head = h / group;
+  const Expr total = f.sum(row, head, b);
+  f.out = Func("decode");
+  f.out(d, h, i, b) = f.acc(d, row, head, b) * select(total > 0.0f, 1.0f / total, 0.0f);
+  return f;
+}
+
+}  // namespace attngen

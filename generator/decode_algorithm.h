@@ -1,0 +1,76 @@
+// The decode algorithm: a few new queries against a KV cache (docs/semantics.md, "Incremental
+// decoding"), written once for every target; schedules are in schedules/.
+//
+// The cache layout the kernel reads is the runtime's storage layout (runtime/src/kv_cache.cpp):
+// per layer, K [B, Hkv, capacity, Dqk] and V [B, Hkv, capacity, Dv], densely packed, i.e. every
+// kv head's slots are contiguous. In Halide's innermost-first order that is (d, s, hkv, b). Slot
+// s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
+// that is p = s (a plain cache), beyond it the cache is a ring buffer of the last `capacity`
+// positions. Queries are aligned bottom-right: query i of sequence b sits at position
+// kv_len[b] - q_len[b] + i and attends the positions p <= that (and >= it - window with a
+// window); rows i >= q_len[b] attend nothing and give 0.
+//
+// Work is split three ways so that a single query still uses every core:
+//  - grouped-query attention: the g = Hq / Hkv query heads of a kv head and the Sq queries form
+//    the rows r = hg + g * i of one kv head, so K and V are read once per kv head;
+//  - split-KV: a kv head's slots are cut into splits of `split_keys` keys (a run-time value,
+//    rounded up to whole key blocks); each split folds its blocks into a partial (acc, max, sum)
+//    with an online softmax;
+//  - the partials of all splits are merged with a log-sum-exp merge.
+#pragma once
+
+#include "Halide.h"
+
+namespace attngen {
+
+struct DecodeSpec {
+  int head_dim_qk = 64;
+  int head_dim_v = 64;
+  int key_block = 64;                        // keys per block of the online softmax
+  Halide::Type kv_type = Halide::Float(32);  // element type of the cached K and V
+};
+
+struct DecodeInputs {
+  Halide::Func q;       // (d, h, i, b) the new queries, BSHD
+  Halide::Func k, v;    // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
+  Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
+  Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)
+  Halide::Expr seq_q, slots, heads_q, heads_kv;  // slots: extent of k and v along s
+  Halide::Expr capacity;  // ring size: slot of position p is p mod capacity (>= slots)
+  Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none
+  Halide::Expr scale;
+  Halide::Expr split_keys;  // keys per split-KV partial (>= 1; rounded up to whole key blocks)
+};
+
+struct DecodeFuncs {
+  Halide::Var d{"d"}, s{"s"}, r{"r"}, hk{"hk"}, b{"b"}, kb{"kb"}, sp{"sp"};
+  Halide::Var h{"h"}, i{"i"};
+  Halide::RDom rd;                // Dqk
+  Halide::RDom rk;                // keys of one block: s = kb * key_block + rk
+  Halide::RDom rb;                // the key blocks of one split: kb = sp * blocks_per_split + rb
+  Halide::RDom rs;                // the splits, in the merge
+  Halide::Func q;                 // (d, r, hk, b) query row r of kv head hk, row index clamped
+  Halide::Func k, v;              // (d, s, hk, b) as float, slot clamped; inline unless staged
+  Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
+  Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows
+  Halide::Func dot;               // (s, r, hk, b) raw q.k
+  Halide::Func scores;            // (s, r, hk, b) scaled, masked
+  Halide::Func block_max;         // (kb, r, hk, b)
+  Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked
+  Halide::Func block_sum;         // (kb, r, hk, b)
+  Halide::Func block_pv;          // (d, kb, r, hk, b)
+  Halide::Func visit;             // (kb, b) whether block kb may hold a key some row attends
+  Halide::Func state;             // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
+  Halide::Func max;               // (r, hk, b) over the splits
+  Halide::Func weight;            // (sp, r, hk, b) exp(split max - max), 0 for an empty split
+  Halide::Func sum;               // (r, hk, b)
+  Halide::Func acc;               // (d, r, hk, b)
+  Halide::Func out;               // (d, h, i, b) normalised, 0 for rows that attend nothing
+  Halide::Expr rows;              // g * seq_q: extent of r
+  Halide::Expr blocks_per_split;  // key blocks per split
+  Halide::Expr splits;            // extent of sp
+};
+
+DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in);
+
+}  // namespace attngen

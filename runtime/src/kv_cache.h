@@ -1,0 +1,45 @@
+// The KV cache behind attngen_kv_cache (attngen.h), shared by kv_cache.cpp (the cache's own
+// API) and decode.cpp (the decode calls that append to it and attend over it).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/src/internal.h"
+
+struct attngen_kv_cache {
+  attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage pointers set
+  float* k = nullptr;                // [layers, B, Hkv, capacity, Dqk]
+  float* v = nullptr;                // [layers, B, Hkv, capacity, Dv]
+  bool owned = false;                // storage allocated by the cache
+  std::vector<int64_t> lengths;      // [layers, B]: positions appended so far
+};
+
+namespace attngen::rt {
+
+// cache != NULL and 0 <= layer < layers.
+bool check_cache_layer(Check& c, const attngen_kv_cache* cache, int64_t layer);
+
+// Per-sequence token counts: I32 [B] with values in [0, t], or all t when `counts` is NULL.
+bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64_t t,
+                    std::vector<int32_t>& values);
+
+// Whether appending counts[b] tokens to each sequence of the layer fits (capacity, ring window).
+bool check_append_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                       const std::vector<int32_t>& counts);
+
+// Whether counts[b] queries of each sequence can attend over what the layer holds: no more
+// queries than positions, and in a ring buffer every query's window still kept.
+bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                       const std::vector<int32_t>& counts);
+
+// Copies the first counts[b] rows of k and v ([B, t, Hkv, D], already validated) into the
+// layer's slots. Cannot fail.
+void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
+                 const attngen_tensor& v, const std::vector<int32_t>& counts);
+
+// One layer's K (values = false) or V storage as a tensor [B, Hkv, slots, D], slots <= capacity.
+attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
+                           int64_t slots);
+
+}  // namespace attngen::rt

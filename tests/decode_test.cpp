@@ -1,0 +1,655 @@
+// Incremental decoding: a KV cache filled token by token (or in chunks) and attended with the
+// decode kernels must equal one full causal pass over the whole sequence (the float64
+// reference), with and without grouped-query attention, with and without a ring-buffer window,
+// for batches of sequences of different lengths; the MHA decode step must equal attngen_mha();
+// bad input gives named errors and writes nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/reference.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+namespace {
+
+std::vector<const attngen_kernel_info*> decode_kernels() {
+  std::vector<const attngen_kernel_info*> out;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_DECODE) out.push_back(k);
+  }
+  return out;
+}
+
+// Owns a cache; destroyed with the test.
+struct Cache {
+  attngen_kv_cache* cache = nullptr;
+  ~Cache() { attngen_kv_cache_destroy(cache); }
+};
+
+View view_of(const attngen_tensor& t) {
+  View w{static_cast<const float*>(t.data), {}, {}};
+  for (int d = 0; d < t.rank; ++d) {
+    w.shape.push_back(t.shape[d]);
+    w.strides.push_back(t.strides[d]);
+  }
+  return w;
+}
+
+// One decoding run: sequences of the given lengths, a first step appending `prefill[b]` tokens
+// of each (attended or not), then steps of up to `chunk` tokens per sequence until every
+// sequence is complete. Every attended output row is checked against the reference.
+struct DecodeCase {
+  int64_t batch = 1, hq = 1, hkv = 1, dqk = 64, dv = 64;
+  int64_t window = -1;   // -1: none; L: ring buffer
+  int64_t capacity = 0;  // 0: the longest sequence (no window) or window + 1
+  int64_t layers = 1, layer = 0;
+  std::vector<int64_t> lengths;  // per sequence
+  std::vector<int32_t> prefill;  // per sequence; empty: none
+  bool attend_prefill = true;
+  int32_t chunk = 1;
+  int32_t kv_splits = 0;
+  int64_t pad = 0;  // padded (strided) q and out
+  const char* kernel = nullptr;
+
+  std::string describe() const {
+    std::string s = "B" + std::to_string(batch) + " H" + std::to_string(hq) + "/" +
+                    std::to_string(hkv) + " D" + std::to_string(dqk) + "/" + std::to_string(dv) +
+                    " lengths";
+    for (int64_t n : lengths) s += " " + std::to_string(n);
+    if (window >= 0) s += " window " + std::to_string(window);
+    s += " capacity " + std::to_string(capacity) + " chunk " + std::to_string(chunk) + " splits " +
+         std::to_string(kv_splits);
+    if (!prefill.empty()) s += attend_prefill ? " prefill" : " prefill (append only)";
+    if (kernel) s += std::string(" kernel ") + kernel;
+    return s;
+  }
+
+  void Run() const {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe() + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t cap = capacity > 0 ? capacity : (window >= 0 ? window + 1 : longest);
+    // Whole sequences; each step copies its tokens out of them.
+    Storage q({batch, longest, hq, dqk}, 0), k({batch, longest, hkv, dqk}, 0),
+        v({batch, longest, hkv, dv}, 0);
+    q.fill_random(rng, -1.0f, 1.0f);
+    k.fill_random(rng, -1.0f, 1.0f);
+    v.fill_random(rng, -1.0f, 1.0f);
+
+    attngen_kv_cache_options o = attngen_kv_cache_options_default();
+    o.layers = layers;
+    o.batch = batch;
+    o.heads_kv = hkv;
+    o.head_dim_qk = dqk;
+    o.head_dim_v = dv;
+    o.capacity = cap;
+    o.window = window;
+    Cache cache;
+    ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
+
+    // got[b][position] = output row (Hq x Dv), for the attended positions.
+    std::vector<std::vector<double>> got(static_cast<size_t>(batch));
+    std::vector<int64_t> first_attended(static_cast<size_t>(batch), -1);
+    std::vector<int64_t> len(static_cast<size_t>(batch), 0);
+    const int64_t row = hq * dv;
+    for (int step = 0;; ++step) {
+      std::vector<int32_t> counts(static_cast<size_t>(batch));
+      int32_t t = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t left = lengths[static_cast<size_t>(b)] - len[static_cast<size_t>(b)];
+        const int64_t want =
+            step == 0 && !prefill.empty() ? prefill[static_cast<size_t>(b)] : chunk;
+        counts[static_cast<size_t>(b)] = static_cast<int32_t>(std::min<int64_t>(want, left));
+        t = std::max(t, counts[static_cast<size_t>(b)]);
+      }
+      if (t == 0) {
+        if (step == 0 && !prefill.empty()) continue;
+        break;
+      }
+      const bool attend = !(step == 0 && !prefill.empty() && !attend_prefill);
+      // The step's tokens. K and V rows past counts[b] stay poisoned (never appended); query
+      // rows past it are random (their outputs must be 0 all the same).
+      Storage sq({batch, t, hq, dqk}, pad), sk({batch, t, hkv, dqk}, 0), sv({batch, t, hkv, dv}, 0);
+      sq.fill_random(rng, -1.0f, 1.0f);
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t i = 0; i < counts[static_cast<size_t>(b)]; ++i) {
+          const int64_t p = len[static_cast<size_t>(b)] + i;
+          for (int64_t h = 0; h < hq; ++h) {
+            for (int64_t d = 0; d < dqk; ++d) {
+              sq.buf[sq.offset({b, i, h, d})] = q.buf[q.offset({b, p, h, d})];
+            }
+          }
+          for (int64_t h = 0; h < hkv; ++h) {
+            for (int64_t d = 0; d < dqk; ++d) {
+              sk.buf[sk.offset({b, i, h, d})] = k.buf[k.offset({b, p, h, d})];
+            }
+            for (int64_t d = 0; d < dv; ++d) {
+              sv.buf[sv.offset({b, i, h, d})] = v.buf[v.offset({b, p, h, d})];
+            }
+          }
+        }
+      }
+      const bool uniform =
+          std::all_of(counts.begin(), counts.end(), [&](int32_t n) { return n == t; });
+      const attngen_tensor t_counts =
+          attngen_tensor_contiguous(counts.data(), ATTNGEN_I32, 1, &batch);
+      const attngen_tensor* counts_arg = uniform ? nullptr : &t_counts;
+      attngen_status st = attngen_kv_cache_append(cache.cache, layer, &sk.t, &sv.t, counts_arg);
+      ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+      for (int64_t b = 0; b < batch; ++b) {
+        int64_t n = -1;
+        ASSERT_EQ(attngen_kv_cache_length(cache.cache, layer, b, &n), ATTNGEN_OK);
+        EXPECT_EQ(n, len[static_cast<size_t>(b)] + counts[static_cast<size_t>(b)]);
+      }
+      if (attend) {
+        Storage out({batch, t, hq, dv}, pad);
+        attngen_decode_options opt = attngen_decode_options_default();
+        opt.counts = counts_arg;
+        opt.kv_splits = kv_splits;
+        opt.kernel = kernel;
+        st = attngen_decode(&sq.t, cache.cache, layer, &out.t, &opt);
+        ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+        if (kernel) EXPECT_STREQ(attngen_last_kernel(), kernel);
+        EXPECT_EQ(out.gaps_written(), 0) << "the kernel wrote outside the output view";
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t i = 0; i < t; ++i) {
+            for (int64_t h = 0; h < hq; ++h) {
+              for (int64_t d = 0; d < dv; ++d) {
+                const float x = out.buf[out.offset({b, i, h, d})];
+                if (i < counts[static_cast<size_t>(b)]) {
+                  got[static_cast<size_t>(b)].push_back(x);
+                } else {
+                  ASSERT_EQ(x, 0.0f) << "padding row " << i << " of sequence " << b;
+                }
+              }
+            }
+          }
+          if (first_attended[static_cast<size_t>(b)] < 0 && counts[static_cast<size_t>(b)] > 0) {
+            first_attended[static_cast<size_t>(b)] = len[static_cast<size_t>(b)];
+          }
+        }
+      }
+      for (int64_t b = 0; b < batch; ++b)
+        len[static_cast<size_t>(b)] += counts[static_cast<size_t>(b)];
+    }
+
+    // Per sequence: the reference for its attended positions [first, n), queries aligned
+    // bottom-right over keys [0, n) -- the rows of one full causal pass.
+    std::vector<double> all_got, all_want;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t n = lengths[static_cast<size_t>(b)],
+                    first = first_attended[static_cast<size_t>(b)];
+      ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
+      View vq = view_of(q.t), vk = view_of(k.t), vv = view_of(v.t);
+      vq.data += q.offset({b, first, 0, 0});
+      vk.data += k.offset({b, 0, 0, 0});
+      vv.data += v.offset({b, 0, 0, 0});
+      vq.shape = {1, n - first, hq, dqk};
+      vk.shape = {1, n, hkv, dqk};
+      vv.shape = {1, n, hkv, dv};
+      RefAttention ref;
+      ref.causal = true;
+      ref.bottom_right = true;
+      const int64_t L = window;
+      if (L >= 0) ref.pattern = [L](int64_t p, int64_t, int64_t j) { return j >= p - L; };
+      const std::vector<double> want = reference_attention(vq, vk, vv, ref);
+      ASSERT_EQ(got[static_cast<size_t>(b)].size(), static_cast<size_t>((n - first) * row));
+      all_got.insert(all_got.end(), got[static_cast<size_t>(b)].begin(),
+                     got[static_cast<size_t>(b)].end());
+      all_want.insert(all_want.end(), want.begin(), want.end());
+    }
+    expect_close_f32(all_got, all_want, max_abs(view_of(v.t)));
+  }
+};
+
+class DecodeKernel : public ::testing::TestWithParam<const attngen_kernel_info*> {
+ protected:
+  void SetUp() override {
+    if (!attngen_kernel_supported(GetParam())) {
+      GTEST_SKIP() << GetParam()->name << " needs " << GetParam()->isa
+                   << ", which this machine lacks";
+    }
+  }
+  DecodeCase base(int64_t batch, int64_t hq, int64_t hkv, std::vector<int64_t> lengths) const {
+    DecodeCase c;
+    c.batch = batch;
+    c.hq = hq;
+    c.hkv = hkv;
+    c.dqk = GetParam()->head_dim_qk;
+    c.dv = GetParam()->head_dim_v;
+    c.lengths = std::move(lengths);
+    c.kernel = GetParam()->name;
+    return c;
+  }
+};
+
+std::string kernel_name(const ::testing::TestParamInfo<const attngen_kernel_info*>& info) {
+  return info.param->name;
+}
+
+TEST_P(DecodeKernel, TokenByTokenEqualsFullCausalPass) {
+  base(1, 3, 3, {37}).Run();
+  base(2, 2, 2, {1, 1}).Run();
+}
+
+TEST_P(DecodeKernel, GroupedQuery) {
+  base(2, 8, 2, {29, 29}).Run();  // g = 4
+  base(1, 6, 1, {33}).Run();      // multi-query, g = 6
+  base(1, 5, 5, {20}).Run();      // g = 1, odd head count
+}
+
+TEST_P(DecodeKernel, RingBufferWindow) {
+  // Exactly L + 1 slots, token by token: every slot is overwritten several times.
+  DecodeCase c = base(2, 4, 2, {41, 41});
+  c.window = 5;
+  c.Run();
+  // A larger ring, filled in chunks of up to capacity - L tokens (several queries per call).
+  c = base(1, 6, 3, {53});
+  c.window = 7;
+  c.capacity = 11;
+  c.chunk = 4;
+  c.prefill = {4};
+  c.Run();
+}
+
+TEST_P(DecodeKernel, WindowInALargeCache) {
+  // The ring never wraps: key blocks wholly before the window are skipped.
+  DecodeCase c = base(1, 2, 1, {150});
+  c.window = 20;
+  c.capacity = 200;
+  c.prefill = {140};
+  c.attend_prefill = false;
+  c.Run();
+}
+
+TEST_P(DecodeKernel, ChunkedQueries) {
+  // A prompt attended at once, then steps of 3 queries: Sq > 1 with causal masking among them.
+  DecodeCase c = base(2, 4, 2, {26, 26});
+  c.prefill = {17, 17};
+  c.chunk = 3;
+  c.Run();
+  c = base(1, 3, 1, {40});
+  c.chunk = 16;
+  c.pad = 3;  // strided q and out
+  c.Run();
+}
+
+TEST_P(DecodeKernel, BatchOfDifferentLengths) {
+  // Prompts of 5, 12 and 1 tokens appended in one call (counts), then token by token until
+  // each sequence is complete; finished sequences append and attend nothing (counts 0).
+  DecodeCase c = base(3, 4, 2, {9, 20, 7});
+  c.prefill = {5, 12, 1};
+  c.Run();
+  c.window = 4;
+  c.capacity = 0;
+  c.prefill = {1, 1, 1};
+  c.Run();
+}
+
+TEST_P(DecodeKernel, SplitKv) {
+  // A long cache: however the keys are split, the merged result is the same.
+  for (int32_t splits : {0, 1, 3, 7, 5000}) {
+    DecodeCase c = base(1, 4, 2, {1003});
+    c.prefill = {1000};
+    c.attend_prefill = false;
+    c.kv_splits = splits;
+    c.layers = 3;
+    c.layer = 2;
+    c.Run();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, DecodeKernel, ::testing::ValuesIn(decode_kernels()), kernel_name);
+
+// ---- The MHA layer, one decode step at a time, against attngen_mha() over the whole sequence.
+
+TEST(MhaDecode, StepsEqualMhaCausal) {
+  const int64_t B = 2, S = 23, E = 128, H = 2, prompt = 7;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Storage x({B, S, E}, 0), in_w({3 * E, E}, 0), in_b({3 * E}, 0), out_w({E, E}, 0), out_b({E}, 0),
+      y_full({B, S, E}, 0);
+  const float a = 1.0f / std::sqrt(static_cast<float>(E));
+  x.fill_random(rng, -1, 1);
+  in_w.fill_random(rng, -a, a);
+  in_b.fill_random(rng, -a, a);
+  out_w.fill_random(rng, -a, a);
+  out_b.fill_random(rng, -a, a);
+  const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
+  attngen_mha_options full{};
+  full.num_heads = H;
+  full.mask = ATTNGEN_MASK_CAUSAL;
+  ASSERT_EQ(attngen_mha(&x.t, &w, &y_full.t, &full), ATTNGEN_OK) << attngen_last_error();
+
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 2;
+  o.batch = B;
+  o.heads_kv = H;
+  o.head_dim_qk = E / H;
+  o.capacity = S;
+  Cache cache;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
+  attngen_mha_decode_options opt{};
+  opt.num_heads = H;
+  std::vector<double> got;
+  got.reserve(static_cast<size_t>(B * S * E));
+  std::vector<std::vector<double>> rows(static_cast<size_t>(B));
+  for (int64_t p = 0; p < S;) {
+    const int64_t t = p == 0 ? prompt : 1;
+    attngen_tensor xs = x.t;  // x[:, p:p+t]
+    xs.data = x.buf.data() + p * x.t.strides[1];
+    xs.shape[1] = t;
+    Storage y({B, t, E}, 0);
+    const attngen_status st = attngen_mha_decode(&xs, &w, cache.cache, 1, &y.t, &opt);
+    ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+    EXPECT_EQ(std::string(attngen_last_kernel()).rfind("decode_", 0), 0u) << attngen_last_kernel();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < t * E; ++i) {
+        rows[static_cast<size_t>(b)].push_back(y.buf[static_cast<size_t>(b * t * E + i)]);
+      }
+    }
+    p += t;
+  }
+  for (const auto& r : rows) got.insert(got.end(), r.begin(), r.end());
+  int64_t n = -1;
+  ASSERT_EQ(attngen_kv_cache_length(cache.cache, 1, 1, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, S);
+  ASSERT_EQ(attngen_kv_cache_length(cache.cache, 0, 1, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 0) << "layer 0 was not used";
+  const std::vector<double> want = reference_mha(x.dense(), B, S, E, H, in_w.dense(), in_b.dense(),
+                                                 out_w.dense(), out_b.dense(), /*causal=*/true, {});
+  expect_close_f32(got, want, max_abs(want));
+  expect_close_f32(got, y_full.dense(), max_abs(want));
+}
+
+// ---- Errors: named statuses, messages naming the argument, nothing written.
+
+class DecodeValidation : public ::testing::Test {
+ protected:
+  static constexpr int64_t kB = 2, kHkv = 2, kHq = 4, kD = 64, kCap = 8;
+
+  void SetUp() override {
+    rng.seed(fresh_seed());
+    o = attngen_kv_cache_options_default();
+    o.layers = 2;
+    o.batch = kB;
+    o.heads_kv = kHkv;
+    o.head_dim_qk = kD;
+    o.capacity = kCap;
+    size_t kb = 0, vb = 0;
+    ASSERT_EQ(attngen_kv_cache_storage_size(&o, &kb, &vb), ATTNGEN_OK) << attngen_last_error();
+    ASSERT_EQ(kb, size_t{2 * kB * kHkv * kCap * kD * 4});
+    // Caller-provided storage, so that the tests can see that errors write nothing to it.
+    k_store.assign(kb / 4, 0.0f);
+    v_store.assign(vb / 4, 0.0f);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (float& f : k_store) f = d(rng);
+    for (float& f : v_store) f = d(rng);
+    o.k_storage = k_store.data();
+    o.v_storage = v_store.data();
+    ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
+    k.init({kB, 5, kHkv, kD}, 0);
+    v.init({kB, 5, kHkv, kD}, 0);
+    q.init({kB, 1, kHq, kD}, 0);
+    out.init({kB, 1, kHq, kD}, 0);
+    for (Storage* s : {&k, &v, &q}) s->fill_random(rng, -1, 1);
+    ASSERT_EQ(attngen_kv_cache_append(cache.cache, 1, &k.t, &v.t, nullptr), ATTNGEN_OK)
+        << attngen_last_error();
+    k_before = k_store;
+    v_before = v_store;
+  }
+
+  // The status and a message mentioning `needle`; cache and out untouched.
+  void expect_error(attngen_status got, attngen_status status, const std::string& needle) {
+    EXPECT_EQ(got, status) << attngen_status_name(got) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
+    EXPECT_TRUE(k_store == k_before && v_store == v_before) << "cache storage written on error";
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      for (int64_t b = 0; b < kB; ++b) {
+        int64_t n = -1;
+        ASSERT_EQ(attngen_kv_cache_length(cache.cache, layer, b, &n), ATTNGEN_OK);
+        EXPECT_EQ(n, layer == 1 ? 5 : 0) << "length changed on error";
+      }
+    }
+    for (float f : out.buf) ASSERT_TRUE(is_poison(f)) << "output written on error";
+  }
+
+  attngen_status append(const attngen_tensor* counts = nullptr, int64_t layer = 1) {
+    return attngen_kv_cache_append(cache.cache, layer, &k.t, &v.t, counts);
+  }
+  attngen_status decode(const attngen_decode_options* opt = nullptr, int64_t layer = 1) {
+    return attngen_decode(&q.t, cache.cache, layer, &out.t, opt);
+  }
+
+  std::mt19937_64 rng;
+  attngen_kv_cache_options o;
+  std::vector<float> k_store, v_store, k_before, v_before;
+  Cache cache;
+  Storage k, v, q, out;
+};
+
+TEST_F(DecodeValidation, ValidDecodeSucceeds) {
+  ASSERT_EQ(decode(), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(std::string(attngen_last_kernel()).rfind("decode_f32_d64", 0), 0u);
+}
+
+TEST_F(DecodeValidation, CreateOptions) {
+  attngen_kv_cache* c = nullptr;
+  attngen_kv_cache_options bad = o;
+  bad.k_storage = bad.v_storage = nullptr;
+  EXPECT_EQ(attngen_kv_cache_create(nullptr, &c), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_kv_cache_create(&bad, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  bad.capacity = 0;
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_EMPTY);
+  EXPECT_NE(std::string(attngen_last_error()).find("options.capacity is 0"), std::string::npos);
+  bad.capacity = kCap;
+  bad.heads_kv = -3;
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attngen_last_error()).find("options.heads_kv is -3"), std::string::npos);
+  bad.heads_kv = kHkv;
+  bad.dtype = ATTNGEN_F16;
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_DTYPE);
+  bad.dtype = ATTNGEN_F32;
+  bad.window = 8;  // needs capacity >= 9
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attngen_last_error()).find("window + 1 = 9"), std::string::npos);
+  bad.window = -2;
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  bad.window = -1;
+  bad.k_storage = k_store.data();
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(attngen_last_error()).find("v_storage"), std::string::npos);
+  bad.k_storage = nullptr;
+  bad.capacity = int64_t{1} << 30;  // one layer of K would span more than 2^31 bytes
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_TOO_LARGE);
+  EXPECT_EQ(c, nullptr);
+  attngen_kv_cache_destroy(nullptr);  // a no-op
+}
+
+TEST_F(DecodeValidation, AppendErrors) {
+  EXPECT_EQ(attngen_kv_cache_append(nullptr, 0, &k.t, &v.t, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  expect_error(append(nullptr, 2), ATTNGEN_ERROR_INVALID_ARGUMENT,
+               "layer is 2, expected 0 <= layer < 2");
+  expect_error(append(nullptr, -1), ATTNGEN_ERROR_INVALID_ARGUMENT, "layer is -1");
+  expect_error(attngen_kv_cache_append(cache.cache, 0, nullptr, &v.t, nullptr),
+               ATTNGEN_ERROR_NULL_POINTER, "k is NULL");
+  // Overflow: layer 1 holds 5 of 8 positions; 5 more do not fit.
+  expect_error(append(), ATTNGEN_ERROR_CAPACITY, "exceeds the capacity 8");
+  // Only sequence 1 overflows: still nothing is appended, to either sequence.
+  std::vector<int32_t> n = {3, 4};
+  const attngen_tensor counts = attngen_tensor_contiguous(n.data(), ATTNGEN_I32, 1, &kB);
+  expect_error(append(&counts), ATTNGEN_ERROR_CAPACITY, "sequence 1 of layer 1 holds 5");
+  n = {3, 6};
+  expect_error(append(&counts), ATTNGEN_ERROR_INVALID_ARGUMENT, "counts[1] is 6");
+  // Shapes.
+  const struct {
+    Storage* s;
+    int dim;
+    const char* needle;
+  } cases[] = {{&k, 0, "k.shape[0] (B) is 1, expected 2 (B of the cache)"},
+               {&k, 2, "k.shape[2] (Hkv)"},
+               {&k, 3, "k.shape[3] (Dqk)"},
+               {&v, 1, "v.shape[1] (t) is 4, expected 5 (t of k)"},
+               {&v, 3, "v.shape[3] (Dv)"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.needle);
+    const int64_t saved = c.s->t.shape[c.dim];
+    c.s->t.shape[c.dim] = saved - 1;
+    expect_error(append(nullptr, 0), ATTNGEN_ERROR_SHAPE, c.needle);
+    c.s->t.shape[c.dim] = saved;
+  }
+  k.t.dtype = ATTNGEN_F16;
+  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "k has dtype F16");
+  k.t.dtype = ATTNGEN_F32;
+  // An input overlapping the cache's own storage.
+  attngen_tensor inside = k.t;
+  inside.data = k_store.data();
+  EXPECT_EQ(attngen_kv_cache_append(cache.cache, 0, &inside, &v.t, nullptr), ATTNGEN_ERROR_ALIAS);
+}
+
+TEST_F(DecodeValidation, RingAppendTooManyAtOnce) {
+  attngen_kv_cache_options ro = attngen_kv_cache_options_default();
+  ro.layers = 1;
+  ro.batch = kB;
+  ro.heads_kv = kHkv;
+  ro.head_dim_qk = kD;
+  ro.window = 3;
+  ro.capacity = 6;  // takes at most 6 - 3 = 3 tokens per append
+  Cache ring;
+  ASSERT_EQ(attngen_kv_cache_create(&ro, &ring.cache), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(attngen_kv_cache_append(ring.cache, 0, &k.t, &v.t, nullptr), ATTNGEN_ERROR_CAPACITY);
+  EXPECT_NE(std::string(attngen_last_error()).find("takes at most 3 per append"), std::string::npos)
+      << attngen_last_error();
+  int64_t n = -1;
+  ASSERT_EQ(attngen_kv_cache_length(ring.cache, 0, 0, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 0);
+  // Three at a time wrap around the ring without complaint.
+  attngen_tensor three = k.t, three_v = v.t;
+  three.shape[1] = three_v.shape[1] = 3;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(attngen_kv_cache_append(ring.cache, 0, &three, &three_v, nullptr), ATTNGEN_OK)
+        << attngen_last_error();
+  }
+  ASSERT_EQ(attngen_kv_cache_length(ring.cache, 0, 1, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 12);
+  // Four queries of a ring that keeps the windows of three.
+  Storage q4({kB, 4, kHq, kD}, 0), o4({kB, 4, kHq, kD}, 0);
+  q4.fill_random(rng, -1, 1);
+  EXPECT_EQ(attngen_decode(&q4.t, ring.cache, 0, &o4.t, nullptr), ATTNGEN_ERROR_CAPACITY);
+  for (float f : o4.buf) ASSERT_TRUE(is_poison(f));
+}
+
+TEST_F(DecodeValidation, DecodeErrors) {
+  EXPECT_EQ(attngen_decode(nullptr, cache.cache, 1, &out.t, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_decode(&q.t, nullptr, 1, &out.t, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(attngen_last_error()).find("cache is NULL"), std::string::npos);
+  EXPECT_EQ(attngen_decode(&q.t, cache.cache, 1, nullptr, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  expect_error(decode(nullptr, 7), ATTNGEN_ERROR_INVALID_ARGUMENT, "layer is 7");
+  // Layer 0 holds nothing: a query there has no position.
+  expect_error(decode(nullptr, 0), ATTNGEN_ERROR_INVALID_ARGUMENT, "append the new tokens");
+  q.t.shape[2] = out.t.shape[2] = 3;  // 3 query heads over 2 kv heads
+  expect_error(decode(), ATTNGEN_ERROR_HEADS, "multiple of Hkv");
+  q.t.shape[2] = out.t.shape[2] = kHq;
+  out.t.shape[2] = 2;
+  expect_error(decode(), ATTNGEN_ERROR_SHAPE, "out.shape[2] (Hq) is 2, expected 4 (Hq of q)");
+  out.t.shape[2] = kHq;
+  q.t.shape[3] = 32;
+  expect_error(decode(), ATTNGEN_ERROR_SHAPE, "q.shape[3] (Dqk) is 32, expected 64");
+  q.t.shape[3] = kD;
+  attngen_decode_options opt = attngen_decode_options_default();
+  opt.kv_splits = -1;
+  expect_error(decode(&opt), ATTNGEN_ERROR_INVALID_ARGUMENT, "kv_splits is -1");
+  opt.kv_splits = 0;
+  opt.scale = std::numeric_limits<float>::infinity();
+  expect_error(decode(&opt), ATTNGEN_ERROR_INVALID_ARGUMENT, "scale");
+  opt.scale = 0;
+  std::vector<int32_t> n = {1, 2};  // t is 1
+  const attngen_tensor counts = attngen_tensor_contiguous(n.data(), ATTNGEN_I32, 1, &kB);
+  opt.counts = &counts;
+  expect_error(decode(&opt), ATTNGEN_ERROR_INVALID_ARGUMENT, "counts[1] is 2");
+  opt.counts = nullptr;
+  opt.kernel = "no_such_kernel";
+  expect_error(decode(&opt), ATTNGEN_ERROR_NO_KERNEL, "no kernel named 'no_such_kernel'");
+  opt.kernel = nullptr;
+  attngen_tensor aliased = out.t;
+  aliased.data = k_store.data() + kB * kHkv * kCap * kD;  // layer 1 of K
+  EXPECT_EQ(attngen_decode(&q.t, cache.cache, 1, &aliased, nullptr), ATTNGEN_ERROR_ALIAS);
+  EXPECT_TRUE(k_store == k_before) << "cache storage written on error";
+}
+
+TEST_F(DecodeValidation, NoKernelForHeadDim) {
+  attngen_kv_cache_options small = o;
+  small.k_storage = small.v_storage = nullptr;
+  small.head_dim_qk = small.head_dim_v = 32;
+  Cache c;
+  ASSERT_EQ(attngen_kv_cache_create(&small, &c.cache), ATTNGEN_OK);
+  Storage k32({kB, 1, kHkv, 32}, 0), q32({kB, 1, kHq, 32}, 0), o32({kB, 1, kHq, 32}, 0);
+  for (Storage* s : {&k32, &q32}) s->fill_random(rng, -1, 1);
+  ASSERT_EQ(attngen_kv_cache_append(c.cache, 0, &k32.t, &k32.t, nullptr), ATTNGEN_OK);
+  EXPECT_EQ(attngen_decode(&q32.t, c.cache, 0, &o32.t, nullptr), ATTNGEN_ERROR_NO_KERNEL);
+  EXPECT_NE(std::string(attngen_last_error()).find("op decode, head dim 32"), std::string::npos)
+      << attngen_last_error();
+  for (float f : o32.buf) ASSERT_TRUE(is_poison(f));
+}
+
+TEST_F(DecodeValidation, LengthAndReset) {
+  int64_t n = -1;
+  EXPECT_EQ(attngen_kv_cache_length(cache.cache, 1, 2, &n), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attngen_last_error()).find("sequence is 2"), std::string::npos);
+  EXPECT_EQ(attngen_kv_cache_length(cache.cache, 1, 0, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_kv_cache_length(nullptr, 1, 0, &n), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_kv_cache_reset(cache.cache, 5), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_kv_cache_reset(nullptr, 0), ATTNGEN_ERROR_NULL_POINTER);
+  ASSERT_EQ(attngen_kv_cache_reset(cache.cache, 1), ATTNGEN_OK);
+  ASSERT_EQ(attngen_kv_cache_length(cache.cache, 1, 0, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 5);
+  ASSERT_EQ(attngen_kv_cache_length(cache.cache, 1, 1, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 0);
+  ASSERT_EQ(attngen_kv_cache_reset(cache.cache, -1), ATTNGEN_OK);
+  ASSERT_EQ(attngen_kv_cache_length(cache.cache, 1, 0, &n), ATTNGEN_OK);
+  EXPECT_EQ(n, 0);
+  // An emptied sequence takes a full capacity again.
+  Storage k8({kB, kCap, kHkv, kD}, 0);
+  k8.fill_random(rng, -1, 1);
+  EXPECT_EQ(attngen_kv_cache_append(cache.cache, 1, &k8.t, &k8.t, nullptr), ATTNGEN_OK)
+      << attngen_last_error();
+}
+
+TEST_F(DecodeValidation, MhaDecodeErrors) {
+  const int64_t E = kHkv * kD;
+  Storage x({kB, 1, E}, 0), in_w({3 * E, E}, 0), out_w({E, E}, 0), y({kB, 1, E}, 0);
+  x.fill_random(rng, -1, 1);
+  const attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
+  attngen_mha_decode_options opt{};
+  opt.num_heads = 4;  // the cache has 2 kv heads of 64
+  EXPECT_EQ(attngen_mha_decode(&x.t, &w, cache.cache, 1, &y.t, &opt), ATTNGEN_ERROR_SHAPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("expected num_heads = 4"), std::string::npos)
+      << attngen_last_error();
+  opt.num_heads = 3;
+  EXPECT_EQ(attngen_mha_decode(&x.t, &w, cache.cache, 1, &y.t, &opt), ATTNGEN_ERROR_HEADS);
+  opt.num_heads = kHkv;
+  EXPECT_EQ(attngen_mha_decode(&x.t, &w, cache.cache, 5, &y.t, &opt),
+            ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_mha_decode(&x.t, &w, cache.cache, 1, &y.t, nullptr),
+            ATTNGEN_ERROR_NULL_POINTER);
+  Storage x4({kB, 4, E}, 0), y4({kB, 4, E}, 0);  // 5 + 4 > capacity 8
+  x4.fill_random(rng, -1, 1);
+  EXPECT_EQ(attngen_mha_decode(&x4.t, &w, cache.cache, 1, &y4.t, &opt), ATTNGEN_ERROR_CAPACITY);
+  for (float f : y.buf) ASSERT_TRUE(is_poison(f));
+  for (float f : y4.buf) ASSERT_TRUE(is_poison(f));
+  expect_error(ATTNGEN_ERROR_CAPACITY, ATTNGEN_ERROR_CAPACITY, "");  // cache untouched
+}
+
+}  // namespace
+}  // namespace attngen::test
