@@ -67,12 +67,12 @@ class Decode : public Generator<Decode> {
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
     out(f.d, f.h, f.i, f.b) = f.out(f.d, f.h, f.i, f.b);
 
-    // Head dims are compile-time, and the cache is densely packed along d (its layout).
+    // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
     q.dim(0).set_bounds(0, spec.head_dim_qk);
     k->dim(0).set_bounds(0, spec.head_dim_qk);
     v->dim(0).set_bounds(0, spec.head_dim_v);
-    k->dim(1).set_stride(spec.head_dim_qk);
-    v->dim(1).set_stride(spec.head_dim_v);
+    k->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
+    v->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
     out.dim(0).set_bounds(0, spec.head_dim_v);
 
     using E = attngen::Estimates;

@@ -386,17 +386,14 @@ class DecodeValidation : public ::testing::Test {
     o.heads_kv = kHkv;
     o.head_dim_qk = kD;
     o.capacity = kCap;
-    size_t kb = 0, vb = 0;
-    ASSERT_EQ(attngen_kv_cache_storage_size(&o, &kb, &vb), ATTNGEN_OK) << attngen_last_error();
-    ASSERT_EQ(kb, size_t{2 * kB * kHkv * kCap * kD * 4});
+    size_t bytes = 0;
+    ASSERT_EQ(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_OK) << attngen_last_error();
+    ASSERT_EQ(bytes, size_t{2 * kB * kHkv * kCap * (kD + kD) * 4});
     // Caller-provided storage, so that the tests can see that errors write nothing to it.
-    k_store.assign(kb / 4, 0.0f);
-    v_store.assign(vb / 4, 0.0f);
+    store.assign(bytes / 4, 0.0f);
     std::uniform_real_distribution<float> d(-1, 1);
-    for (float& f : k_store) f = d(rng);
-    for (float& f : v_store) f = d(rng);
-    o.k_storage = k_store.data();
-    o.v_storage = v_store.data();
+    for (float& f : store) f = d(rng);
+    o.storage = store.data();
     ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
     k.init({kB, 5, kHkv, kD}, 0);
     v.init({kB, 5, kHkv, kD}, 0);
@@ -405,8 +402,7 @@ class DecodeValidation : public ::testing::Test {
     for (Storage* s : {&k, &v, &q}) s->fill_random(rng, -1, 1);
     ASSERT_EQ(attngen_kv_cache_append(cache.cache, 1, &k.t, &v.t, nullptr), ATTNGEN_OK)
         << attngen_last_error();
-    k_before = k_store;
-    v_before = v_store;
+    before = store;
   }
 
   // The status and a message mentioning `needle`; cache and out untouched.
@@ -414,7 +410,7 @@ class DecodeValidation : public ::testing::Test {
     EXPECT_EQ(got, status) << attngen_status_name(got) << ": " << attngen_last_error();
     EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
         << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
-    EXPECT_TRUE(k_store == k_before && v_store == v_before) << "cache storage written on error";
+    EXPECT_TRUE(store == before) << "cache storage written on error";
     for (int64_t layer = 0; layer < 2; ++layer) {
       for (int64_t b = 0; b < kB; ++b) {
         int64_t n = -1;
@@ -434,7 +430,7 @@ class DecodeValidation : public ::testing::Test {
 
   std::mt19937_64 rng;
   attngen_kv_cache_options o;
-  std::vector<float> k_store, v_store, k_before, v_before;
+  std::vector<float> store, before;
   Cache cache;
   Storage k, v, q, out;
 };
@@ -447,7 +443,7 @@ TEST_F(DecodeValidation, ValidDecodeSucceeds) {
 TEST_F(DecodeValidation, CreateOptions) {
   attngen_kv_cache* c = nullptr;
   attngen_kv_cache_options bad = o;
-  bad.k_storage = bad.v_storage = nullptr;
+  bad.storage = nullptr;
   EXPECT_EQ(attngen_kv_cache_create(nullptr, &c), ATTNGEN_ERROR_NULL_POINTER);
   EXPECT_EQ(attngen_kv_cache_create(&bad, nullptr), ATTNGEN_ERROR_NULL_POINTER);
   bad.capacity = 0;
@@ -467,13 +463,13 @@ TEST_F(DecodeValidation, CreateOptions) {
   bad.window = -2;
   EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
   bad.window = -1;
-  bad.k_storage = k_store.data();
-  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_NULL_POINTER);
-  EXPECT_NE(std::string(attngen_last_error()).find("v_storage"), std::string::npos);
-  bad.k_storage = nullptr;
-  bad.capacity = int64_t{1} << 30;  // one layer of K would span more than 2^31 bytes
+  bad.capacity = int64_t{1} << 30;  // one layer would span more than 2^31 bytes
   EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_TOO_LARGE);
+  EXPECT_NE(std::string(attngen_last_error()).find("one layer of the cache"), std::string::npos);
   EXPECT_EQ(c, nullptr);
+  size_t bytes = 0;
+  EXPECT_EQ(attngen_kv_cache_storage_size(&bad, &bytes), ATTNGEN_ERROR_TOO_LARGE);
+  EXPECT_EQ(attngen_kv_cache_storage_size(&o, nullptr), ATTNGEN_ERROR_NULL_POINTER);
   attngen_kv_cache_destroy(nullptr);  // a no-op
 }
 
@@ -514,7 +510,7 @@ TEST_F(DecodeValidation, AppendErrors) {
   k.t.dtype = ATTNGEN_F32;
   // An input overlapping the cache's own storage.
   attngen_tensor inside = k.t;
-  inside.data = k_store.data();
+  inside.data = store.data();
   EXPECT_EQ(attngen_kv_cache_append(cache.cache, 0, &inside, &v.t, nullptr), ATTNGEN_ERROR_ALIAS);
 }
 
@@ -583,14 +579,15 @@ TEST_F(DecodeValidation, DecodeErrors) {
   expect_error(decode(&opt), ATTNGEN_ERROR_NO_KERNEL, "no kernel named 'no_such_kernel'");
   opt.kernel = nullptr;
   attngen_tensor aliased = out.t;
-  aliased.data = k_store.data() + kB * kHkv * kCap * kD;  // layer 1 of K
+  aliased.data = store.data() + kB * kHkv * kCap * (kD + kD) + 100;  // inside layer 1
   EXPECT_EQ(attngen_decode(&q.t, cache.cache, 1, &aliased, nullptr), ATTNGEN_ERROR_ALIAS);
-  EXPECT_TRUE(k_store == k_before) << "cache storage written on error";
+  EXPECT_NE(std::string(attngen_last_error()).find("the cache's storage"), std::string::npos);
+  EXPECT_TRUE(store == before) << "cache storage written on error";
 }
 
 TEST_F(DecodeValidation, NoKernelForHeadDim) {
   attngen_kv_cache_options small = o;
-  small.k_storage = small.v_storage = nullptr;
+  small.storage = nullptr;
   small.head_dim_qk = small.head_dim_v = 32;
   Cache c;
   ASSERT_EQ(attngen_kv_cache_create(&small, &c.cache), ATTNGEN_OK);

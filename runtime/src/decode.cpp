@@ -135,10 +135,7 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
     return finish(c, nullptr);
   }
   if (!check_no_alias(c, *out, "out", *q, "q") ||
-      !check_no_alias(c, *out, "out", cache_layer(*cache, layer, false, o.capacity),
-                      "the cache's K storage") ||
-      !check_no_alias(c, *out, "out", cache_layer(*cache, layer, true, o.capacity),
-                      "the cache's V storage")) {
+      !check_no_alias(c, *out, "out", cache_storage(*cache, layer), "the cache's storage")) {
     return finish(c, nullptr);
   }
   const attngen_kernel_info* kernel = select_decode(c, *cache, opt.kernel);
@@ -204,16 +201,13 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
       !check_append_fits(c, *cache, layer, counts)) {
     return finish(c, nullptr);
   }
-  const attngen_tensor k_store = cache_layer(*cache, layer, false, o.capacity);
-  const attngen_tensor v_store = cache_layer(*cache, layer, true, o.capacity);
-  const std::pair<const attngen_tensor*, const char*> inputs[] = {
-      {x, "x"},
-      {&iw, "in_proj_weight"},
-      {in_b, "in_proj_bias"},
-      {&ow, "out_proj_weight"},
-      {out_b, "out_proj_bias"},
-      {&k_store, "the cache's K storage"},
-      {&v_store, "the cache's V storage"}};
+  const attngen_tensor store = cache_storage(*cache, layer);
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
+                                                                  {&iw, "in_proj_weight"},
+                                                                  {in_b, "in_proj_bias"},
+                                                                  {&ow, "out_proj_weight"},
+                                                                  {out_b, "out_proj_bias"},
+                                                                  {&store, "the cache's storage"}};
   for (const auto& [in, name] : inputs) {
     if (in != nullptr && !check_no_alias(c, *y, "y", *in, name)) return finish(c, nullptr);
   }

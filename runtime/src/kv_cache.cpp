@@ -1,6 +1,6 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
-// ([B, Hkv, capacity, D] per layer), lengths per layer and sequence, appends with full
-// validation before anything is written.
+// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V), lengths per layer and
+// sequence, appends with full validation before anything is written.
 #include "runtime/src/kv_cache.h"
 
 #include <cstdlib>
@@ -30,14 +30,15 @@ int64_t length_of(const attngen_kv_cache& cache, int64_t layer, int64_t b) {
   return cache.lengths[static_cast<size_t>(layer * cache.options.batch + b)];
 }
 
-// Elements of one layer's K (d = Dqk) or V (d = Dv) storage.
-int64_t layer_elements(const attngen_kv_cache_options& o, int64_t d) {
-  return o.batch * o.heads_kv * o.capacity * d;
+// Floats of one slot (K then V) and of one layer.
+int64_t slot_elements(const attngen_kv_cache_options& o) { return o.head_dim_qk + o.head_dim_v; }
+int64_t layer_elements(const attngen_kv_cache_options& o) {
+  return o.batch * o.heads_kv * o.capacity * slot_elements(o);
 }
 
-// Validates the options (head_dim_v resolved) and computes the storage sizes in bytes.
+// Validates the options (head_dim_v resolved) and computes the storage size in bytes.
 bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv_cache_options& o,
-                   size_t& k_bytes, size_t& v_bytes) {
+                   size_t& bytes) {
   if (options == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL");
   o = *options;
   if (o.head_dim_v == 0) o.head_dim_v = o.head_dim_qk;
@@ -48,8 +49,9 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                {o.heads_kv, "heads_kv"},     {o.head_dim_qk, "head_dim_qk"},
                {o.head_dim_v, "head_dim_v"}, {o.capacity, "capacity"}};
   for (const auto& s : sizes) {
-    if (s.value == 0)
+    if (s.value == 0) {
       return c.fail(ATTNGEN_ERROR_EMPTY, std::string("options.") + s.name + " is 0");
+    }
     if (s.value < 0) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, std::string("options.") + s.name + " is " +
                                                         std::to_string(s.value) + ", expected > 0");
@@ -74,32 +76,22 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                       ", expected >= window + 1 = " + std::to_string(o.window + 1) +
                       " (a ring buffer keeps a whole window)");
   }
-  if ((o.k_storage == nullptr) != (o.v_storage == nullptr)) {
-    return c.fail(ATTNGEN_ERROR_NULL_POINTER,
-                  o.k_storage == nullptr
-                      ? "options.k_storage is NULL but v_storage is set (give both or neither)"
-                      : "options.v_storage is NULL but k_storage is set (give both or neither)");
-  }
   // A kernel addresses one layer of the cache as one buffer of at most 2^31 - 1 bytes. Every
-  // factor is below 2^31, so the products are checked step by step.
-  const auto bytes_of = [&](int64_t d, const char* what, size_t& bytes) {
-    int64_t n = o.batch;
-    for (int64_t f : {o.heads_kv, o.capacity, d, int64_t{4}}) {
-      if (n > kMaxIndex / f) {
-        return c.fail(ATTNGEN_ERROR_TOO_LARGE,
-                      std::string("one layer of ") + what +
-                          " (B * Hkv * capacity * D * 4 bytes) "
-                          "exceeds 2^31 - 1 bytes, the most a kernel can address");
-      }
-      n *= f;
+  // factor is below 2^31, so the product is checked step by step.
+  int64_t n = o.batch;
+  for (int64_t f : {o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v, int64_t{4}}) {
+    if (n > kMaxIndex / f) {
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                    "one layer of the cache (B * Hkv * capacity * (Dqk + Dv) * 4 bytes) exceeds "
+                    "2^31 - 1 bytes, the most a kernel can address");
     }
-    if (static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / o.layers) {
-      return c.fail(ATTNGEN_ERROR_TOO_LARGE, std::string(what) + " storage exceeds size_t");
-    }
-    bytes = static_cast<size_t>(n) * static_cast<size_t>(o.layers);
-    return true;
-  };
-  return bytes_of(o.head_dim_qk, "K", k_bytes) && bytes_of(o.head_dim_v, "V", v_bytes);
+    n *= f;
+  }
+  if (static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / o.layers) {
+    return c.fail(ATTNGEN_ERROR_TOO_LARGE, "the cache's storage exceeds size_t");
+  }
+  bytes = static_cast<size_t>(n) * static_cast<size_t>(o.layers);
+  return true;
 }
 
 void* aligned_storage(size_t bytes) {
@@ -193,6 +185,7 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   const attngen_kv_cache_options& o = cache.options;
   const size_t k_row = static_cast<size_t>(o.head_dim_qk) * sizeof(float);
   const size_t v_row = static_cast<size_t>(o.head_dim_v) * sizeof(float);
+  const int64_t w = slot_elements(o);
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[static_cast<size_t>(b)]; ++i) {
@@ -201,9 +194,9 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * o.capacity + slot;
         const int64_t k_src = b * k.strides[0] + i * k.strides[1] + h * k.strides[2];
         const int64_t v_src = b * v.strides[0] + i * v.strides[1] + h * v.strides[2];
-        std::memcpy(cache.k + row * o.head_dim_qk, static_cast<const float*>(k.data) + k_src,
-                    k_row);
-        std::memcpy(cache.v + row * o.head_dim_v, static_cast<const float*>(v.data) + v_src, v_row);
+        float* slot_data = cache.data + row * w;
+        std::memcpy(slot_data, static_cast<const float*>(k.data) + k_src, k_row);
+        std::memcpy(slot_data + o.head_dim_qk, static_cast<const float*>(v.data) + v_src, v_row);
       }
     }
     len += counts[static_cast<size_t>(b)];
@@ -213,12 +206,18 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t d = values ? o.head_dim_v : o.head_dim_qk;
-  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, d};
+  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
   attngen_tensor t = attngen_tensor_contiguous(
-      (values ? cache.v : cache.k) + layer * layer_elements(o, d), ATTNGEN_F32, 4, shape);
-  t.shape[2] = slots;  // the strides stay those of the full capacity
+      cache.data + layer * layer_elements(o) + (values ? o.head_dim_qk : 0), ATTNGEN_F32, 4, shape);
+  t.shape[2] = slots;  // the strides stay those of the full storage
+  t.shape[3] = values ? o.head_dim_v : o.head_dim_qk;
   return t;
+}
+
+attngen_tensor cache_storage(const attngen_kv_cache& cache, int64_t layer) {
+  const attngen_kv_cache_options& o = cache.options;
+  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
+  return attngen_tensor_contiguous(cache.data + layer * layer_elements(o), ATTNGEN_F32, 4, shape);
 }
 
 }  // namespace attngen::rt
@@ -235,15 +234,14 @@ attngen_kv_cache_options attngen_kv_cache_options_default(void) {
 }
 
 attngen_status attngen_kv_cache_storage_size(const attngen_kv_cache_options* options,
-                                             size_t* k_bytes, size_t* v_bytes) {
+                                             size_t* bytes) {
   Check c;
   attngen_kv_cache_options o;
-  size_t kb = 0, vb = 0;
-  if (k_bytes == nullptr || v_bytes == nullptr) {
-    c.fail(ATTNGEN_ERROR_NULL_POINTER, k_bytes == nullptr ? "k_bytes is NULL" : "v_bytes is NULL");
-  } else if (check_options(c, options, o, kb, vb)) {
-    *k_bytes = kb;
-    *v_bytes = vb;
+  size_t n = 0;
+  if (bytes == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  } else if (check_options(c, options, o, n)) {
+    *bytes = n;
   }
   return finish(c, nullptr);
 }
@@ -252,12 +250,12 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
                                        attngen_kv_cache** cache) {
   Check c;
   attngen_kv_cache_options o;
-  size_t k_bytes = 0, v_bytes = 0;
+  size_t bytes = 0;
   if (cache == nullptr) {
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "cache is NULL (where to return the new cache)");
     return finish(c, nullptr);
   }
-  if (!check_options(c, options, o, k_bytes, v_bytes)) return finish(c, nullptr);
+  if (!check_options(c, options, o, bytes)) return finish(c, nullptr);
   auto* kv = new (std::nothrow) attngen_kv_cache;
   if (kv != nullptr) {
     try {
@@ -271,20 +269,16 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the cache");
     return finish(c, nullptr);
   }
-  if (o.k_storage != nullptr) {
-    kv->k = static_cast<float*>(o.k_storage);
-    kv->v = static_cast<float*>(o.v_storage);
+  if (o.storage != nullptr) {
+    kv->data = static_cast<float*>(o.storage);
   } else {
     kv->owned = true;
-    kv->k = static_cast<float*>(aligned_storage(k_bytes));
-    kv->v = static_cast<float*>(aligned_storage(v_bytes));
-    o.k_storage = kv->k;
-    o.v_storage = kv->v;
-    if (kv->k == nullptr || kv->v == nullptr) {
+    kv->data = static_cast<float*>(aligned_storage(bytes));
+    o.storage = kv->data;
+    if (kv->data == nullptr) {
       attngen_kv_cache_destroy(kv);
-      c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(k_bytes) +
-                                              " bytes of K and " + std::to_string(v_bytes) +
-                                              " bytes of V storage");
+      c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
+             "cannot allocate " + std::to_string(bytes) + " bytes of K/V storage");
       return finish(c, nullptr);
     }
   }
@@ -295,10 +289,7 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
 
 void attngen_kv_cache_destroy(attngen_kv_cache* cache) {
   if (cache == nullptr) return;
-  if (cache->owned) {
-    std::free(cache->k);
-    std::free(cache->v);
-  }
+  if (cache->owned) std::free(cache->data);
   delete cache;
 }
 
@@ -326,12 +317,9 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
     return finish(c, nullptr);
   }
   // The inputs must not overlap the layer's storage they are copied into.
-  const attngen_tensor k_store = cache_layer(*cache, layer, false, o.capacity);
-  const attngen_tensor v_store = cache_layer(*cache, layer, true, o.capacity);
-  if (!check_no_alias(c, k_store, "the cache's K storage", *k, "k") ||
-      !check_no_alias(c, k_store, "the cache's K storage", *v, "v") ||
-      !check_no_alias(c, v_store, "the cache's V storage", *k, "k") ||
-      !check_no_alias(c, v_store, "the cache's V storage", *v, "v")) {
+  const attngen_tensor store = cache_storage(*cache, layer);
+  if (!check_no_alias(c, store, "the cache's storage", *k, "k") ||
+      !check_no_alias(c, store, "the cache's storage", *v, "v")) {
     return finish(c, nullptr);
   }
   append_rows(*cache, layer, *k, *v, n);

@@ -8,9 +8,8 @@
 #include "runtime/src/internal.h"
 
 struct attngen_kv_cache {
-  attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage pointers set
-  float* k = nullptr;                // [layers, B, Hkv, capacity, Dqk]
-  float* v = nullptr;                // [layers, B, Hkv, capacity, Dv]
+  attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
+  float* data = nullptr;             // [layers, B, Hkv, capacity, Dqk + Dv]: K then V per slot
   bool owned = false;                // storage allocated by the cache
   std::vector<int64_t> lengths;      // [layers, B]: positions appended so far
 };
@@ -38,8 +37,12 @@ bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const std::vector<int32_t>& counts);
 
-// One layer's K (values = false) or V storage as a tensor [B, Hkv, slots, D], slots <= capacity.
+// One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] (slots <= capacity) whose
+// slots are Dqk + Dv apart: K and V of a slot are adjacent in the storage.
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots);
+
+// One layer's whole storage, [B, Hkv, capacity, Dqk + Dv] (for overlap checks).
+attngen_tensor cache_storage(const attngen_kv_cache& cache, int64_t layer);
 
 }  // namespace attngen::rt

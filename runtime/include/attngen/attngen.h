@@ -163,9 +163,11 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
  *
  * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
  * so far (docs/semantics.md, "Incremental decoding"). Its storage layout is what the decode
- * kernels read: per layer K [B, Hkv, capacity, Dqk] and V [B, Hkv, capacity, Dv], densely
- * packed, layers one after the other, so element d of kv head h in slot s of sequence b is at
- *   K: (((layer * B + b) * Hkv + h) * capacity + s) * Dqk + d   (V likewise with Dv).
+ * kernels read: per layer [B, Hkv, capacity, Dqk + Dv], densely packed, layers one after the
+ * other, each slot holding its K (Dqk floats) and then its V (Dv floats), so that attending
+ * streams through one contiguous range per kv head:
+ *   K[d] of (layer, b, h, s) at ((((layer * B + b) * Hkv + h) * capacity + s) * (Dqk + Dv) + d,
+ *   V[d] at the same offset + Dqk.
  * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
  * A cache is not synchronised: calls on one cache must not run concurrently. */
 typedef struct attngen_kv_cache attngen_kv_cache;
@@ -184,19 +186,17 @@ typedef struct attngen_kv_cache_options {
    * (capacity >= L + 1, e.g. exactly L + 1), and one append, like one decode call, takes at
    * most capacity - L tokens per sequence (so every query still finds its whole window). */
   int64_t window;
-  /* Optional caller-provided storage, both or neither, of attngen_kv_cache_storage_size()
-   * bytes each (64-byte aligned recommended), outliving the cache. NULL: the cache owns its
-   * storage. */
-  void* k_storage;
-  void* v_storage;
+  /* Optional caller-provided storage of attngen_kv_cache_storage_size() bytes (64-byte aligned
+   * recommended), outliving the cache. NULL: the cache owns its storage. */
+  void* storage;
 } attngen_kv_cache_options;
 
 /* All zero but window = -1 and dtype = ATTNGEN_F32. */
 attngen_kv_cache_options attngen_kv_cache_options_default(void);
 
-/* Bytes of K and V storage that a cache with these options needs. */
+/* Bytes of storage (K and V) that a cache with these options needs. */
 attngen_status attngen_kv_cache_storage_size(const attngen_kv_cache_options* options,
-                                             size_t* k_bytes, size_t* v_bytes);
+                                             size_t* bytes);
 
 /* Creates an empty cache (every sequence of every layer holds 0 positions) in *cache. */
 attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,

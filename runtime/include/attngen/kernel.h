@@ -32,7 +32,8 @@ typedef enum attngen_mask_tensor_kind {
  * attention: q, k, v, kv_len, mask, layout, scale, softcap, bottom_right -> out, weights, lse
  * linear:    x, w, bias -> out
  * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out
- * decode:    q, k, v (one layer of a KV cache, [B, Hkv, capacity, D] slots), kv_len, q_len,
+ * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
+ *            apart, K and V interleaved), kv_len, q_len,
  *            capacity, window, scale, split_keys -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
