@@ -5,7 +5,8 @@
 // so that a change of machine load hits every kernel alike. Prints one JSON object on stdout.
 //
 //   autotune_harness --op attention [--causal] [--cap] --shape B,H,S,D[,Dv] ...
-//       --lib cand.so:function [--lib ...] [--rounds N] [--warmup N] [--max-seconds S] [--check]
+//       --lib cand.so:function [--lib ...] [--rounds N] [--warmup N] [--max-seconds S]
+//       [--check] [--check-timed] [--allocator cached|system]
 //   autotune_harness --op linear --shape B,S,E,N ... --lib ...
 //
 // One harness serves every candidate (no per-candidate compile), and running several kernels in
@@ -38,6 +39,45 @@ std::string g_last_error;  // from the kernels' Halide runtimes, instead of thei
 
 void record_error(void*, const char* message) { g_last_error = message; }
 
+// The kernels' halide_malloc/halide_free (--allocator cached, the default): each thread keeps
+// the blocks it frees and hands them out again for the same size. Schedules that allocate per
+// parallel task (the key-block state, whose size is not constant) otherwise time glibc: its
+// per-thread arenas shrink and grow again around every task, and how much that costs depends
+// on the process's heap history. Measured (2-core Ice Lake VM, B1 H12 S1024 D64 causal,
+// default schedule): 45-63 ms with glibc's defaults, 21-25 ms with one arena, and a candidate
+// with smaller per-task blocks (query_tile 32) won 0.83-0.91x by allocating less, not by
+// computing faster (0.98-0.99x with one arena). The cache keeps that out of the search; the
+// allocator cost itself is the schedule's to fix (bench/README.md).
+constexpr size_t kAlignment = 128;  // at least halide_malloc_alignment() of every target
+thread_local std::vector<std::pair<size_t, void*>> t_free_blocks;
+
+void* cached_malloc(void*, size_t size) {
+  for (size_t i = 0; i < t_free_blocks.size(); ++i) {
+    if (t_free_blocks[i].first == size) {
+      void* p = t_free_blocks[i].second;
+      t_free_blocks[i] = t_free_blocks.back();
+      t_free_blocks.pop_back();
+      return p;
+    }
+  }
+  // A header before the block holds its size; Halide may read 8 bytes past either end.
+  const size_t bytes = kAlignment + (size + 8 + kAlignment - 1) / kAlignment * kAlignment;
+  char* base = static_cast<char*>(std::aligned_alloc(kAlignment, bytes));
+  if (base == nullptr) return nullptr;
+  *reinterpret_cast<size_t*>(base) = size;
+  return base + kAlignment;
+}
+
+void cached_free(void*, void* p) {
+  if (p == nullptr) return;
+  char* base = static_cast<char*>(p) - kAlignment;
+  if (t_free_blocks.size() < 256) {
+    t_free_blocks.emplace_back(*reinterpret_cast<size_t*>(base), p);
+  } else {
+    std::free(base);
+  }
+}
+
 [[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "autotune_harness: %s\n", message.c_str());
   std::exit(2);
@@ -45,9 +85,10 @@ void record_error(void*, const char* message) { g_last_error = message; }
 
 struct Options {
   std::string op = "attention";
-  bool causal = false, cap = false, check = false;
+  bool causal = false, cap = false, check = false, check_timed = false;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::string> libs;
+  std::string allocator = "cached";
   int rounds = 5, warmup = 1;
   double max_seconds = 1e9;
 };
@@ -233,7 +274,7 @@ struct Kernel {
   }
 };
 
-Kernel load(const std::string& spec) {
+Kernel load(const std::string& spec, bool cached_allocator) {
   const size_t colon = spec.rfind(':');
   if (colon == std::string::npos) fail("--lib takes path.so:function_name");
   Kernel k;
@@ -248,6 +289,15 @@ Kernel load(const std::string& spec) {
   // Each shared object carries its own runtime: report its errors rather than abort.
   auto set_handler = reinterpret_cast<SetErrorHandlerFn>(dlsym(handle, "halide_set_error_handler"));
   if (set_handler != nullptr) set_handler(&record_error);
+  if (cached_allocator) {
+    auto set_malloc = reinterpret_cast<halide_malloc_t (*)(halide_malloc_t)>(
+        dlsym(handle, "halide_set_custom_malloc"));
+    auto set_free =
+        reinterpret_cast<halide_free_t (*)(halide_free_t)>(dlsym(handle, "halide_set_custom_free"));
+    if (set_malloc == nullptr || set_free == nullptr) fail(k.lib + ": no halide_set_custom_malloc");
+    set_malloc(&cached_malloc);
+    set_free(&cached_free);
+  }
   return k;
 }
 
@@ -280,6 +330,13 @@ Options parse(int argc, char** argv) {
       o.cap = true;
     } else if (a == "--check") {
       o.check = true;
+    } else if (a == "--allocator") {
+      o.allocator = value();
+      if (o.allocator != "cached" && o.allocator != "system") {
+        fail("--allocator is cached or system");
+      }
+    } else if (a == "--check-timed") {
+      o.check_timed = true;
     } else if (a == "--shape") {
       o.shapes.push_back(parse_shape(value()));
     } else if (a == "--lib") {
@@ -309,21 +366,28 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   std::vector<Kernel> kernels;
-  for (const std::string& spec : opt.libs) kernels.push_back(load(spec));
+  for (const std::string& spec : opt.libs) {
+    kernels.push_back(load(spec, opt.allocator == "cached"));
+  }
 
-  // Correctness first, on a small odd shape (a wrong candidate must never win).
+  // Correctness first (a wrong candidate must never win): on a small odd shape, or with
+  // --check-timed on every timed shape (for pipelines that only run at sizes near their
+  // estimates, such as some autoschedulers').
   std::vector<double> errors(kernels.size(), 0.0);
+  std::vector<std::vector<int64_t>> checks;
   if (opt.check) {
-    std::vector<int64_t> small;
     if (opt.op == "attention") {
       const std::vector<int64_t>& s =
           opt.shapes.empty() ? std::vector<int64_t>{1, 1, 1, 64} : opt.shapes.front();
-      small = {2, 3, 67, s[3]};
-      if (s.size() > 4) small.push_back(s[4]);
+      checks.push_back({2, 3, 67, s[3]});
+      if (s.size() > 4) checks.back().push_back(s[4]);
     } else {
-      small = {2, 37, 40, 53};
+      checks.push_back({2, 37, 40, 53});
     }
-    Problem p(opt, small);
+  }
+  if (opt.check_timed) checks.insert(checks.end(), opt.shapes.begin(), opt.shapes.end());
+  for (const std::vector<int64_t>& shape : checks) {
+    Problem p(opt, shape);
     const std::vector<double> ref = p.reference();
     double scale = 1e-30;
     for (double r : ref) scale = std::max(scale, std::fabs(r));
@@ -364,7 +428,7 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < kernels.size(); ++k) {
     std::printf("%s\n  {\"lib\": \"%s\", \"function\": \"%s\", \"target\": \"%s\"", k ? "," : "",
                 kernels[k].lib.c_str(), kernels[k].function.c_str(), kernels[k].md->target);
-    if (opt.check) {
+    if (opt.check || opt.check_timed) {
       std::printf(", \"max_rel_error\": %.3g", std::isfinite(errors[k]) ? errors[k] : 1e30);
     }
     std::printf(", \"shapes\": [");
