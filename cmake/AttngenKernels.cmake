@@ -22,11 +22,25 @@
 #                default, whole score rows on CPUs and shared-memory-sized blocks on CUDA), or
 #                of a decode kernel's splits (decode; 0 or absent: the ISA's default)
 #   ISA          host | avx512 | avx2 | sse41 | neon | cuda      (default host)
-#   TUNABLES     generator params of the schedule, e.g. query_tile=32
+#   TUNABLES     generator params of the schedule, e.g. query_tile=32; without them the
+#                kernel takes the entry for its shape class in the tuning file of its target,
+#                ${ATTNGEN_TUNING_DIR}/<arch>_<isa>.json (schedules/tuned/README.md), unless
+#                ATTNGEN_USE_TUNING is OFF; else the target's defaults
 #   NAME_VAR     variable that receives the kernel's derived name (when NAME is AUTO)
 #
 # NAME AUTO derives the name from the parameters: attn_f32_d64_causal__x86_64_avx512.
 include_guard(GLOBAL)
+include("${CMAKE_CURRENT_LIST_DIR}/AttngenTuning.cmake")
+
+# Tuning files: schedules/tuned in attngen's tree, tuned/ next to this file when installed.
+if (EXISTS "${CMAKE_CURRENT_LIST_DIR}/../schedules/tuned")
+  get_filename_component(_attngen_tuning_dir "${CMAKE_CURRENT_LIST_DIR}/../schedules/tuned"
+                         ABSOLUTE)
+else ()
+  set(_attngen_tuning_dir "${CMAKE_CURRENT_LIST_DIR}/tuned")
+endif ()
+set(ATTNGEN_TUNING_DIR "${_attngen_tuning_dir}" CACHE PATH
+    "Directory of the tuning files (<arch>_<isa>.json) that attngen_add_kernel() reads")
 
 # Halide target string for an ISA name.
 function(attngen_halide_target ISA OUT)
@@ -195,6 +209,11 @@ function(attngen_add_kernel NAME)
     attngen_halide_target(${A_ISA} halide_target)
   endif ()
 
+  set(arch x86_64)
+  if (isa STREQUAL "neon")
+    set(arch aarch64)
+  endif ()
+
   # Name scheme (docs/variants.md):
   #   <op>_f32_d<Dqk>[v<Dv>]_<mask>[_bmask|_amask][_cap][_<pattern>][_kb<key block>][_p][_lse]
   #   __<arch>_<isa>
@@ -243,20 +262,61 @@ function(attngen_add_kernel NAME)
     if (lse)
       string(APPEND NAME "_lse")
     endif ()
-    set(arch x86_64)
-    if (isa STREQUAL "neon")
-      set(arch aarch64)
-    endif ()
     string(APPEND NAME "__${arch}_${isa}")
   endif ()
   if (A_NAME_VAR)
     set(${A_NAME_VAR} "${NAME}" PARENT_SCOPE)
   endif ()
 
+  # Schedule tunables: TUNABLES when given, else the tuning file's entry for the kernel's shape
+  # class, else none (the target's defaults). `tuning` says which, for the kernel's descriptor.
+  set(tunables "${A_TUNABLES}")
+  set(tuning "")
+  if (A_TUNABLES)
+    set(tuning "TUNABLES")
+  elseif ((NOT DEFINED ATTNGEN_USE_TUNING OR ATTNGEN_USE_TUNING)
+          AND (A_OP STREQUAL "attention" OR A_OP STREQUAL "linear"))
+    set(flags "")
+    foreach (flag SOFTCAP WEIGHTS LSE)
+      if (A_${flag})
+        list(APPEND flags ${flag})
+      endif ()
+    endforeach ()
+    attngen_tuning_class(class OP ${A_OP} HEAD_DIM ${A_HEAD_DIM} HEAD_DIM_V ${A_HEAD_DIM_V}
+                         MASK ${A_MASK} MASK_TENSOR ${A_MASK_TENSOR} KEY_BLOCK ${A_KEY_BLOCK}
+                         PATTERN ${A_PATTERN} WINDOW_LEFT ${A_WINDOW_LEFT}
+                         WINDOW_RIGHT ${A_WINDOW_RIGHT} STRIDE ${A_STRIDE} BLOCK ${A_BLOCK}
+                         LOCAL ${A_LOCAL} GLOBAL_TOKENS ${A_GLOBAL_TOKENS} ${flags})
+    set(tuning_file "${ATTNGEN_TUNING_DIR}/${arch}_${isa}.json")
+    attngen_tuning_lookup(FILE "${tuning_file}" TARGET "${arch}_${isa}" CLASS "${class}"
+                          OUT tunables FOUND found)
+    if (EXISTS "${tuning_file}")
+      set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${tuning_file}")
+    endif ()
+    if (found)
+      set(tuning "${arch}_${isa}.json#${class}")
+    endif ()
+  endif ()
+  string(REPLACE ";" " " KERNEL_TUNABLES "${tunables}")
+  set(KERNEL_TUNING "${tuning}")
+  # key_block is a generator param of the variant already; a tuned one replaces the default
+  # form's 0 (the descriptor keeps saying 0: the kernel still serves the default form's calls).
+  set(key_block ${A_KEY_BLOCK})
+  foreach (p IN LISTS tunables)
+    if (p MATCHES "^key_block=(.*)$")
+      if (A_KEY_BLOCK GREATER 0 AND NOT CMAKE_MATCH_1 EQUAL A_KEY_BLOCK)
+        message(FATAL_ERROR "attngen_add_kernel(${NAME}): TUNABLES ${p} contradicts KEY_BLOCK "
+                            "${A_KEY_BLOCK}")
+      endif ()
+      set(key_block ${CMAKE_MATCH_1})
+      list(REMOVE_ITEM tunables "${p}")
+    endif ()
+  endforeach ()
+
   if (A_OP STREQUAL "attention")
     set(params head_dim_qk=${A_HEAD_DIM} head_dim_v=${A_HEAD_DIM_V} mask=${A_MASK}
                mask_tensor=${A_MASK_TENSOR} softcap=$<IF:${softcap},true,false>
-               key_block=${A_KEY_BLOCK} pattern=${A_PATTERN} window_left=${A_WINDOW_LEFT}
+               key_block=${key_block} pattern=${A_PATTERN} window_left=${A_WINDOW_LEFT}
                window_right=${A_WINDOW_RIGHT} stride=${A_STRIDE} block=${A_BLOCK}
                local=${A_LOCAL} global_tokens=${A_GLOBAL_TOKENS}
                weights=$<IF:${weights},true,false> lse=$<IF:${lse},true,false>)
@@ -269,7 +329,7 @@ function(attngen_add_kernel NAME)
   else ()
     message(FATAL_ERROR "attngen_add_kernel(${NAME}): OP must be attention, linear, mha or decode")
   endif ()
-  list(APPEND params ${A_TUNABLES})
+  list(APPEND params ${tunables})
 
   _attngen_runtime_for(${isa} runtime)
   add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}

@@ -30,10 +30,13 @@ class Attention : public Generator<Attention> {
   // Extra outputs for inspection (a slower schedule that keeps the scores).
   GeneratorParam<bool> weights_output{"weights", false};
   GeneratorParam<bool> lse_output{"lse", false};
-  // Schedule tunables (0: derived from the target; see schedules/schedule.cpp).
-  GeneratorParam<int> query_tile{"query_tile", 0};
-  GeneratorParam<int> key_tile{"key_tile", 0};
-  GeneratorParam<int> pv_rows{"pv_rows", 0};
+  // Schedule tunables (0: derived from the target; see schedules/schedule.h and
+  // schedules/tuned/README.md).
+  GeneratorParam<int> query_tile{"query_tile", 0, 0, 4096};
+  GeneratorParam<int> key_tile{"key_tile", 0, 0, 256};
+  GeneratorParam<int> pv_rows{"pv_rows", 0, 0, 256};
+  GeneratorParam<int> parallel_grain{"parallel_grain", 0, 0, 4096};
+  GeneratorParam<int> threads_x{"threads_x", 0, 0, 1024};
   GeneratorParam<int> stage_kv{"stage_kv", -1, -1, 1};  // -1: the schedule's default
   // Algorithm form: 0 = the target's default (whole rows on CPUs, key blocks on GPUs), > 0 = key
   // blocks of this many keys merged with an online softmax.
@@ -111,6 +114,8 @@ class Attention : public Generator<Attention> {
     requested.key_tile = key_tile;
     requested.pv_rows = pv_rows;
     requested.stage_kv = stage_kv;
+    requested.parallel_grain = parallel_grain;
+    requested.threads_x = threads_x;
     const attngen::AttentionTunables tunables =
         attngen::plan_attention(spec, requested, get_target());
 

@@ -11,9 +11,13 @@ using namespace Halide;
 
 class Linear : public Generator<Linear> {
  public:
-  GeneratorParam<int> n_vectors{"n_vectors", 0};
-  GeneratorParam<int> rows{"rows", 0};
-  GeneratorParam<int> row_block{"row_block", 0};
+  // Schedule tunables (0: derived from the target; see schedules/schedule.h).
+  GeneratorParam<int> n_vectors{"n_vectors", 0, 0, 64};
+  GeneratorParam<int> rows{"rows", 0, 0, 256};
+  GeneratorParam<int> row_block{"row_block", 0, 0, 1 << 20};
+  GeneratorParam<int> stage_grain{"stage_grain", 0, 0, 1 << 20};
+  GeneratorParam<int> threads_x{"threads_x", 0, 0, 1024};
+  GeneratorParam<int> threads_y{"threads_y", 0, 0, 1024};
 
   Input<Buffer<float, 3>> x{"x"};        // (e, s, b)
   Input<Buffer<float, 2>> w{"w"};        // (e, n)
@@ -38,6 +42,9 @@ class Linear : public Generator<Linear> {
     t.n_vectors = n_vectors;
     t.rows = rows;
     t.row_block = row_block;
+    t.stage_grain = stage_grain;
+    t.threads_x = threads_x;
+    t.threads_y = threads_y;
     attngen::schedule_linear(fs, get_target(), get_auto_schedule(), t);
   }
 };

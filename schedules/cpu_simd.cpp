@@ -48,6 +48,17 @@ void schedule_score_tile(const AttentionFuncs& f, const std::vector<Func>& stats
   probs.reorder_storage(i, j).split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo);
 }
 
+// Parallel over the query tiles in work items of `grain` tiles. The per-tile loop keeps the
+// name `task`, so the producers computed at it stay per query tile.
+void parallel_tasks(Func out, const Var& task, int grain) {
+  if (grain <= 1) {
+    out.parallel(task);
+    return;
+  }
+  Var job("job");
+  out.split(task, job, task, grain, TailStrategy::GuardWithIf).parallel(job);
+}
+
 }  // namespace
 
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
@@ -67,10 +78,10 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
       .reorder(vi, vo, ri, ro, io, h, b)
       .fuse(h, b, hb)
       .fuse(io, hb, task)
-      .parallel(task)
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
+  parallel_tasks(out, task, t.parallel_grain);
 
   // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across the key loop.
   Func acc = f.acc;
@@ -115,9 +126,9 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
       .reorder(vi, vo, ii, io, h, b)
       .fuse(h, b, hb)
       .fuse(io, hb, task)
-      .parallel(task)
       .vectorize(vi)
       .unroll(vo);
+  parallel_tasks(out, task, t.parallel_grain);
 
   // The running (acc, max, sum) of the tile, updated once per key block.
   Func state = f.state;
@@ -188,7 +199,7 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
       .reorder_storage(n, e)
       .reorder(n, e)
       .vectorize(n, lanes)
-      .parallel(e, 16, TailStrategy::GuardWithIf);
+      .parallel(e, t.stage_grain, TailStrategy::GuardWithIf);
 }
 
 }  // namespace attngen

@@ -1,16 +1,16 @@
 // CUDA schedules (Halide target host-cuda). Plain SIMT f32; no tensor cores.
 //
 // Attention runs the key-block form of the algorithm (AttentionSpec::key_block > 0): one thread
-// block per (query tile, head, batch), a 32 x query_tile grid of threads. Per key block the block
-// stages K and V in shared memory (K transposed, so neighbouring threads read neighbouring
-// banks), computes the scores of its query rows, their block max, exps and sums, and each
-// thread folds its (row, d) slice of probs.V into the running (acc, max, sum) kept in shared
+// block per (query tile, head, batch), a 32 (threads_x) x query_tile grid of threads. Per key block
+// the block stages K and V in shared memory (K transposed, so neighbouring threads read
+// neighbouring banks), computes the scores of its query rows, their block max, exps and sums, and
+// each thread folds its (row, d) slice of probs.V into the running (acc, max, sum) kept in shared
 // memory. Nothing of size Sq x Skv exists anywhere: global memory holds only Q, K, V and O.
 // Shared memory per block is budgeted in schedule.cpp (cuda_shared_bytes), which sizes the
 // query tile and key block from the head dims.
 //
-// Linear: one thread per output element, 32 x 8 threads per block, weights staged transposed
-// once so that a warp reads consecutive output features.
+// Linear: one thread per output element, 32 x 8 threads per block (threads_x, threads_y),
+// weights staged transposed once so that a warp reads consecutive output features.
 #include "schedules/schedule.h"
 
 namespace attngen {
@@ -19,16 +19,15 @@ using namespace Halide;
 
 namespace {
 
-constexpr int kThreadsX = 32;  // one warp along the fastest dimension
-
-// Maps (x, y) of one stage onto a kThreadsX x threads_y grid of threads, with serial loops over
+// Maps (x, y) of one stage onto a threads_x x threads_y grid of threads (threads_x: the
+// threads_x tunable, a warp by default), with serial loops over
 // what does not fit; GuardWithIf keeps every extent exact. `outer`, when given, is a serial
 // loop placed outside the thread loops (the key-block loop of an update). Returns the innermost
 // serial loop: one iteration is one element of one thread.
-Var on_threads(Stage g, const VarOrRVar& x, const VarOrRVar& y, int threads_y,
+Var on_threads(Stage g, const VarOrRVar& x, const VarOrRVar& y, int threads_x, int threads_y,
                const RVar* outer = nullptr) {
   Var xo, xi, yo, yi;
-  g.split(x, xo, xi, kThreadsX, TailStrategy::GuardWithIf)
+  g.split(x, xo, xi, threads_x, TailStrategy::GuardWithIf)
       .split(y, yo, yi, threads_y, TailStrategy::GuardWithIf);
   if (outer != nullptr) {
     g.reorder(xo, yo, xi, yi, *outer);
@@ -46,33 +45,34 @@ void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const 
   (void)info;
   const int tq = t.query_tile;
   const int kb = spec.key_block;
+  const int tx = t.threads_x;
   const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
   Var io("io"), ii("ii");
 
   Func out = f.out;
   out.split(i, io, ii, tq, TailStrategy::GuardWithIf).reorder(d, ii, io, h, b);
-  on_threads(out, d, ii, tq);
+  on_threads(out, d, ii, tx, tq);
   out.gpu_blocks(io, h, b);
 
   // Running state of the tile in shared memory, one update per key block.
   Func state = f.state;
   state.compute_at(out, io).bound(f.qi, 0, tq).bound_extent(f.qt, 1);
-  on_threads(state, d, f.qi, tq);
+  on_threads(state, d, f.qi, tx, tq);
   const RVar rb = f.rb;  // the key blocks: serial, outside the threads
-  const Var state_element = on_threads(state.update(), d, f.qi, tq, &rb);
+  const Var state_element = on_threads(state.update(), d, f.qi, tx, tq, &rb);
 
   // The tile's query rows, staged once per block.
   f.q.compute_at(out, io).bound_extent(i, tq);
-  on_threads(f.q, d, i, tq);
+  on_threads(f.q, d, i, tx, tq);
 
   // Per key block: K (transposed) and V staged, scores, stats and probs in shared memory.
   f.k.compute_at(state, f.rb).bound_extent(j, kb).reorder_storage(j, d);
-  on_threads(f.k, j, d, tq);
+  on_threads(f.k, j, d, tx, tq);
   f.v.compute_at(state, f.rb).bound_extent(j, kb);
-  on_threads(f.v, d, j, tq);
+  on_threads(f.v, d, j, tx, tq);
 
   f.scores.compute_at(state, f.rb).bound_extent(j, kb).bound_extent(i, tq);
-  const Var score_element = on_threads(f.scores, j, i, tq);
+  const Var score_element = on_threads(f.scores, j, i, tx, tq);
   f.dot.compute_at(f.scores, score_element);  // registers: q.k of one (key, row)
   // Block max and sum: one thread per row reduces in registers, then stores to shared memory.
   for (Func g : {f.block_max, f.block_sum}) {
@@ -81,21 +81,22 @@ void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const 
     g.compute_at(shared, i);
   }
   f.probs.compute_at(state, f.rb).bound_extent(j, kb).bound_extent(i, tq);
-  on_threads(f.probs, j, i, tq);
+  on_threads(f.probs, j, i, tx, tq);
   // probs.V of one (d, row) over the block, in the registers of the thread that merges it.
   f.block_pv.compute_at(state, state_element);
 }
 
-void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info) {
+void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {
   (void)info;
   const Var &e = f.e, &n = f.n, &s = f.s, &b = f.b;
   Var sb("sb"), no("no"), ni("ni"), so("so"), si("si");
   Func out = f.out;
-  out.fuse(s, b, sb).gpu_tile(n, sb, no, so, ni, si, kThreadsX, 8, TailStrategy::GuardWithIf);
+  out.fuse(s, b, sb).gpu_tile(n, sb, no, so, ni, si, t.threads_x, t.threads_y,
+                              TailStrategy::GuardWithIf);
   f.sum.compute_at(out, ni);
   Var eo("eo"), ei("ei"), nno("nno"), nni("nni");
-  f.w.compute_root().reorder_storage(n, e).gpu_tile(n, e, nno, eo, nni, ei, kThreadsX, 8,
-                                                    TailStrategy::GuardWithIf);
+  f.w.compute_root().reorder_storage(n, e).gpu_tile(n, e, nno, eo, nni, ei, t.threads_x,
+                                                    t.threads_y, TailStrategy::GuardWithIf);
 }
 
 }  // namespace attngen

@@ -37,6 +37,8 @@ int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
 }
 
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info) {
+  if (t.parallel_grain <= 0) t.parallel_grain = 1;
+  if (t.threads_x <= 0) t.threads_x = 32;  // a warp
   if (info.isa == Isa::kCuda) {
     if (t.query_tile <= 0) {
       t.query_tile = kCudaQueryTile;
@@ -97,6 +99,9 @@ LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.rows <= 0) t.rows = std::max(1, info.accumulators / t.n_vectors);
   if (t.row_block <= 0) t.row_block = 8 * t.rows;
   t.row_block = (t.row_block + t.rows - 1) / t.rows * t.rows;
+  if (t.stage_grain <= 0) t.stage_grain = 16;
+  if (t.threads_x <= 0) t.threads_x = 32;  // a warp
+  if (t.threads_y <= 0) t.threads_y = 8;
   return t;
 }
 
@@ -140,7 +145,7 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
   const TargetInfo info = target_info(target);
   switch (info.isa) {
     case Isa::kCuda:
-      schedule_linear_cuda(f, info);
+      schedule_linear_cuda(f, info, resolve(tunables, info));
       return;
     case Isa::kAvx512:
     case Isa::kAvx2:

@@ -10,18 +10,26 @@
 
 namespace attngen {
 
-// Tunables of the tiled CPU schedules; 0 means "derive from the target" (see resolve()).
+// Tunables of the schedules; 0 means "derive from the target" (see resolve()). Each is a
+// generator param of the same name, so a tuned set (schedules/tuned/<target>.json, written by
+// bench/autotune) reaches the schedule through attngen_add_kernel(). The algorithm's form,
+// key_block, is a generator param too (AttentionSpec::key_block, resolve_key_block()).
 struct AttentionTunables {
-  int query_tile = 0;  // query rows per parallel task (CPU) or per thread block (GPU)
-  int key_tile = 0;    // keys per register tile of the q.k product
-  int pv_rows = 0;     // query rows per register tile of the probs.v product
-  int stage_kv = -1;   // key-block form: copy each K/V block once per tile (1) or not (0)
+  int query_tile = 0;      // query rows per parallel task (CPU) or per thread block (GPU)
+  int key_tile = 0;        // keys per register tile of the q.k product (CPU)
+  int pv_rows = 0;         // query rows per register tile of the probs.v product (CPU)
+  int parallel_grain = 0;  // query tiles per parallel work item (CPU; default 1)
+  int threads_x = 0;       // threads along the fastest dimension of a block (GPU; default 32)
+  int stage_kv = -1;       // key-block form: copy each K/V block once per tile (1) or not (0)
 };
 
 struct LinearTunables {
-  int n_vectors = 0;  // output-feature vectors per register tile
-  int rows = 0;       // rows per register tile
-  int row_block = 0;  // rows sharing one pass over a weight panel (cache blocking)
+  int n_vectors = 0;    // output-feature vectors per register tile (CPU)
+  int rows = 0;         // rows per register tile (CPU)
+  int row_block = 0;    // rows sharing one pass over a weight panel (CPU cache blocking)
+  int stage_grain = 0;  // input features per parallel item when staging the weights (CPU; 16)
+  int threads_x = 0;    // threads per block along the output features (GPU; default 32)
+  int threads_y = 0;    // threads per block along the rows (GPU; default 8)
 };
 
 // The algorithm form a target's schedule uses (AttentionSpec::key_block). `requested` 0 means the
@@ -51,7 +59,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
                                      const TargetInfo& info, const AttentionTunables& t);
 void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t);
-void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info);
+void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
 void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
                                 const TargetInfo& info);
 void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info);

@@ -66,6 +66,12 @@ typedef struct attngen_kernel_info {
    * 0 for the target's default form. Among equally good fits the runtime prefers an explicit
    * key-block kernel for long key sequences and a default one for short. */
   int32_t key_block;
+  /* The schedule's generator params beyond the variant ("query_tile=48 key_tile=8"; "" for the
+   * target's defaults) and where they came from: "" (defaults), "TUNABLES" (attngen_add_kernel's
+   * argument) or "<tuning file>#<shape class>" (schedules/tuned/README.md). Either may be NULL
+   * in a descriptor written by hand. */
+  const char* tunables;
+  const char* tuning;
 } attngen_kernel_info;
 
 /* All kernels the runtime can dispatch to: registered ones first, then built-in ones. */
