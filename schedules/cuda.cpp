@@ -19,6 +19,8 @@ using namespace Halide;
 
 namespace {
 
+constexpr int kWarp = 32;  // threads along the fastest dimension where no tunable says otherwise
+
 // Maps (x, y) of one stage onto a threads_x x threads_y grid of threads (threads_x: the
 // threads_x tunable, a warp by default), with serial loops over
 // what does not fit; GuardWithIf keeps every extent exact. `outer`, when given, is a serial
@@ -111,19 +113,20 @@ namespace attngen {
 // the splits is a second kernel, one thread per output element.
 void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info) {
   (void)info;
+  const int tx = kWarp;
   const int tr = kCudaDecodeRowTile;
   const int kb = spec.key_block;
   const TailStrategy guard = TailStrategy::GuardWithIf;
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &sp = f.sp;
   Var rt("rt"), ri("ri"), hb("hb"), dox("dox"), dix("dix"), kbo("kbo"), kbi("kbi");
 
-  f.visit.compute_root().gpu_tile(f.kb, kbo, kbi, kThreadsX, guard);
-  f.row_position.compute_root().gpu_tile(r, kbo, kbi, kThreadsX, guard);
+  f.visit.compute_root().gpu_tile(f.kb, kbo, kbi, tx, guard);
+  f.row_position.compute_root().gpu_tile(r, kbo, kbi, tx, guard);
 
   Func state = f.state;
   state.compute_root()
       .split(r, rt, ri, tr, guard)
-      .split(d, dox, dix, kThreadsX, guard)
+      .split(d, dox, dix, tx, guard)
       .reorder(dox, dix, ri, rt, sp, hk, b)
       .fuse(hk, b, hb)
       .gpu_threads(dix, ri)
@@ -131,7 +134,7 @@ void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   const RVar rb = f.rb;
   state.update()
       .split(r, rt, ri, tr, guard)
-      .split(d, dox, dix, kThreadsX, guard)
+      .split(d, dox, dix, tx, guard)
       .reorder(dox, dix, ri, rb, rt, sp, hk, b)
       .fuse(hk, b, hb)
       .gpu_threads(dix, ri)
@@ -139,15 +142,15 @@ void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
 
   // The tile's query rows, once per thread block.
   f.q.compute_at(state, rt).bound_extent(r, tr);
-  on_threads(f.q, d, r, tr);
+  on_threads(f.q, d, r, tx, tr);
 
   // Per key block: K (transposed) and V staged, scores, stats and probs in shared memory.
   f.k.compute_at(state, rb).bound_extent(s, kb).reorder_storage(s, d);
-  on_threads(f.k, s, d, tr);
+  on_threads(f.k, s, d, tx, tr);
   f.v.compute_at(state, rb).bound_extent(s, kb);
-  on_threads(f.v, d, s, tr);
+  on_threads(f.v, d, s, tx, tr);
   f.scores.compute_at(state, rb).bound_extent(s, kb).bound_extent(r, tr);
-  f.dot.compute_at(f.scores, on_threads(f.scores, s, r, tr));
+  f.dot.compute_at(f.scores, on_threads(f.scores, s, r, tx, tr));
   for (Func g : {f.block_max, f.block_sum}) {
     Func shared = g.in();
     Var ro("ro"), rr("rr");
@@ -155,13 +158,13 @@ void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     g.compute_at(shared, rr);
   }
   f.probs.compute_at(state, rb).bound_extent(s, kb).bound_extent(r, tr);
-  on_threads(f.probs, s, r, tr);
+  on_threads(f.probs, s, r, tx, tr);
   f.block_pv.compute_at(state, dox);
 
   // The merge: one thread per output element, looping over the splits.
   Func out = f.out;
   Var ib("ib"), hib("hib"), yo("yo"), yi("yi");
-  out.fuse(f.i, b, ib).fuse(f.h, ib, hib).gpu_tile(d, hib, dox, yo, dix, yi, kThreadsX, 8, guard);
+  out.fuse(f.i, b, ib).fuse(f.h, ib, hib).gpu_tile(d, hib, dox, yo, dix, yi, tx, 8, guard);
   f.weight.compute_inline();
   for (Func g : {f.max, f.sum, f.acc}) g.compute_at(out, dix);
 }
