@@ -49,10 +49,6 @@ const char* const kRowsDims[] = {"B", "S", "E"};
 const char* const kLinearWDims[] = {"N", "E"};
 const char* const kLinearOutDims[] = {"B", "S", "N"};
 const char* const kBiasDims[] = {"N"};
-const char* const kInWDims[] = {"3E", "E"};
-const char* const kInBDims[] = {"3E"};
-const char* const kOutWDims[] = {"E", "E"};
-const char* const kOutBDims[] = {"E"};
 
 // kv_len: given (I32 [B], values in [0, Skv]) or all Skv.
 bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64_t seq_kv,
@@ -423,45 +419,15 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
   if (!c.ok()) return finish(c, nullptr);
-  const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
-  const TensorSpec iws{"in_proj_weight", ATTNGEN_F32, 2, kInWDims};
-  const TensorSpec ibs{"in_proj_bias", ATTNGEN_F32, 1, kInBDims};
-  const TensorSpec ows{"out_proj_weight", ATTNGEN_F32, 2, kOutWDims};
-  const TensorSpec obs{"out_proj_bias", ATTNGEN_F32, 1, kOutBDims};
-  const TensorSpec ys{"y", ATTNGEN_F32, 3, kRowsDims, /*output=*/true};
-  const attngen_tensor* in_b = weights->in_proj_bias;
-  const attngen_tensor* out_b = weights->out_proj_bias;
-  if (!check_tensor(c, x, xs) || !check_tensor(c, weights->in_proj_weight, iws) ||
-      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
-      !check_tensor(c, weights->out_proj_weight, ows) ||
-      (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {
-    return finish(c, nullptr);
-  }
-  const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
-  const attngen_tensor& iw = *weights->in_proj_weight;
-  const attngen_tensor& ow = *weights->out_proj_weight;
-  if (!check_dim(c, iw, iws, 0, 3 * embed, "3 * E of x") ||
-      !check_dim(c, iw, iws, 1, embed, "E of x") ||
-      (in_b != nullptr && !check_dim(c, *in_b, ibs, 0, 3 * embed, "3 * E of x")) ||
-      !check_dim(c, ow, ows, 0, embed, "E of x") || !check_dim(c, ow, ows, 1, embed, "E of x") ||
-      (out_b != nullptr && !check_dim(c, *out_b, obs, 0, embed, "E of x")) ||
-      !check_dim(c, *y, ys, 0, batch, "B of x") || !check_dim(c, *y, ys, 1, seq, "S of x") ||
-      !check_dim(c, *y, ys, 2, embed, "E of x")) {
-    return finish(c, nullptr);
-  }
-  if (options->num_heads <= 0 || embed % options->num_heads != 0) {
-    c.fail(ATTNGEN_ERROR_HEADS,
-           "num_heads is " + std::to_string(options->num_heads) +
-               "; it must be positive and divide E = " + std::to_string(embed));
-    return finish(c, nullptr);
-  }
-  if (!check_no_alias(c, *y, "y", *x, "x") || !check_no_alias(c, *y, "y", iw, "in_proj_weight") ||
-      !check_no_alias(c, *y, "y", ow, "out_proj_weight") ||
-      (in_b != nullptr && !check_no_alias(c, *y, "y", *in_b, "in_proj_bias")) ||
-      (out_b != nullptr && !check_no_alias(c, *y, "y", *out_b, "out_proj_bias")) ||
+  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S") ||
       !check_enums(c, options->mask, options->alignment)) {
     return finish(c, nullptr);
   }
+  const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
+  const attngen_tensor* in_b = weights->in_proj_bias;
+  const attngen_tensor* out_b = weights->out_proj_bias;
+  const attngen_tensor& iw = *weights->in_proj_weight;
+  const attngen_tensor& ow = *weights->out_proj_weight;
   std::vector<int32_t> kv_len;
   if (!prepare_kv_len(c, options->kv_len, batch, seq, kv_len)) return finish(c, nullptr);
 

@@ -16,10 +16,6 @@ namespace {
 const char* const kQDims[] = {"B", "t", "Hq", "Dqk"};
 const char* const kODims[] = {"B", "t", "Hq", "Dv"};
 const char* const kRowsDims[] = {"B", "t", "E"};
-const char* const kInWDims[] = {"3E", "E"};
-const char* const kInBDims[] = {"3E"};
-const char* const kOutWDims[] = {"E", "E"};
-const char* const kOutBDims[] = {"E"};
 
 // Split-KV policy. A decode task is one (split, sequence, kv head); enough tasks keep every
 // thread busy to the end, and a split shorter than a few blocks costs more in its partial and
@@ -152,40 +148,15 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
   if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
   const attngen_kv_cache_options& o = cache->options;
+  const int64_t heads = options->num_heads;
+  if (!check_mha_layer(c, x, *weights, y, heads, "t")) return finish(c, nullptr);
   const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
-  const TensorSpec iws{"in_proj_weight", ATTNGEN_F32, 2, kInWDims};
-  const TensorSpec ibs{"in_proj_bias", ATTNGEN_F32, 1, kInBDims};
-  const TensorSpec ows{"out_proj_weight", ATTNGEN_F32, 2, kOutWDims};
-  const TensorSpec obs{"out_proj_bias", ATTNGEN_F32, 1, kOutBDims};
-  const TensorSpec ys{"y", ATTNGEN_F32, 3, kRowsDims, /*output=*/true};
+  if (!check_dim(c, *x, xs, 0, o.batch, "B of the cache")) return finish(c, nullptr);
+  const int64_t batch = x->shape[0], t = x->shape[1], embed = x->shape[2];
   const attngen_tensor* in_b = weights->in_proj_bias;
   const attngen_tensor* out_b = weights->out_proj_bias;
-  if (!check_tensor(c, x, xs) || !check_tensor(c, weights->in_proj_weight, iws) ||
-      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
-      !check_tensor(c, weights->out_proj_weight, ows) ||
-      (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {
-    return finish(c, nullptr);
-  }
-  const int64_t batch = x->shape[0], t = x->shape[1], embed = x->shape[2];
   const attngen_tensor& iw = *weights->in_proj_weight;
   const attngen_tensor& ow = *weights->out_proj_weight;
-  if (!check_dim(c, *x, xs, 0, o.batch, "B of the cache") ||
-      !check_dim(c, iw, iws, 0, 3 * embed, "3 * E of x") ||
-      !check_dim(c, iw, iws, 1, embed, "E of x") ||
-      (in_b != nullptr && !check_dim(c, *in_b, ibs, 0, 3 * embed, "3 * E of x")) ||
-      !check_dim(c, ow, ows, 0, embed, "E of x") || !check_dim(c, ow, ows, 1, embed, "E of x") ||
-      (out_b != nullptr && !check_dim(c, *out_b, obs, 0, embed, "E of x")) ||
-      !check_dim(c, *y, ys, 0, batch, "B of x") || !check_dim(c, *y, ys, 1, t, "t of x") ||
-      !check_dim(c, *y, ys, 2, embed, "E of x")) {
-    return finish(c, nullptr);
-  }
-  const int64_t heads = options->num_heads;
-  if (heads <= 0 || embed % heads != 0) {
-    c.fail(ATTNGEN_ERROR_HEADS,
-           "num_heads is " + std::to_string(heads) +
-               "; it must be positive and divide E = " + std::to_string(embed));
-    return finish(c, nullptr);
-  }
   const int64_t dh = embed / heads;
   if (o.heads_kv != heads || o.head_dim_qk != dh || o.head_dim_v != dh) {
     c.fail(ATTNGEN_ERROR_SHAPE, "the cache holds Hkv " + std::to_string(o.heads_kv) +
@@ -202,15 +173,7 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
     return finish(c, nullptr);
   }
   const attngen_tensor store = cache_storage(*cache, layer);
-  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
-                                                                  {&iw, "in_proj_weight"},
-                                                                  {in_b, "in_proj_bias"},
-                                                                  {&ow, "out_proj_weight"},
-                                                                  {out_b, "out_proj_bias"},
-                                                                  {&store, "the cache's storage"}};
-  for (const auto& [in, name] : inputs) {
-    if (in != nullptr && !check_no_alias(c, *y, "y", *in, name)) return finish(c, nullptr);
-  }
+  if (!check_no_alias(c, *y, "y", store, "the cache's storage")) return finish(c, nullptr);
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
   const attngen_kernel_info* decode =
       linear != nullptr ? select_decode(c, *cache, nullptr) : nullptr;

@@ -48,6 +48,13 @@ bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int di
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
                     const attngen_tensor& in, const char* in_name);
 
+// The tensors of an nn.MultiheadAttention layer call: x and y [B, S, E] F32 (S named `seq` in
+// messages: "S" for a forward, "t" for a decode step), in_proj [3E, E] and out_proj [E, E]
+// weights, optional biases [3E] and [E], num_heads dividing E, and y clear of x and every
+// weight.
+bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
+                     const attngen_tensor* y, int64_t num_heads, const char* seq);
+
 // A Halide view of an attngen tensor: dimensions reversed (innermost first).
 struct HalideView {
   halide_buffer_t buf{};

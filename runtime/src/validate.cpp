@@ -200,4 +200,55 @@ void make_view(HalideView& view, const attngen_tensor& t) {
   b.padding = nullptr;
 }
 
+bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
+                     const attngen_tensor* y, int64_t num_heads, const char* seq) {
+  static const char* const kInWDims[] = {"3E", "E"};
+  static const char* const kInBDims[] = {"3E"};
+  static const char* const kOutWDims[] = {"E", "E"};
+  static const char* const kOutBDims[] = {"E"};
+  const char* const rows_dims[] = {"B", seq, "E"};
+  const TensorSpec xs{"x", ATTNGEN_F32, 3, rows_dims};
+  const TensorSpec iws{"in_proj_weight", ATTNGEN_F32, 2, kInWDims};
+  const TensorSpec ibs{"in_proj_bias", ATTNGEN_F32, 1, kInBDims};
+  const TensorSpec ows{"out_proj_weight", ATTNGEN_F32, 2, kOutWDims};
+  const TensorSpec obs{"out_proj_bias", ATTNGEN_F32, 1, kOutBDims};
+  const TensorSpec ys{"y", ATTNGEN_F32, 3, rows_dims, /*output=*/true};
+  const attngen_tensor* in_b = weights.in_proj_bias;
+  const attngen_tensor* out_b = weights.out_proj_bias;
+  if (!check_tensor(c, x, xs) || !check_tensor(c, weights.in_proj_weight, iws) ||
+      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
+      !check_tensor(c, weights.out_proj_weight, ows) ||
+      (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {
+    return false;
+  }
+  const int64_t batch = x->shape[0], rows = x->shape[1], embed = x->shape[2];
+  const attngen_tensor& iw = *weights.in_proj_weight;
+  const attngen_tensor& ow = *weights.out_proj_weight;
+  const std::string rows_of_x = std::string(seq) + " of x";
+  if (!check_dim(c, iw, iws, 0, 3 * embed, "3 * E of x") ||
+      !check_dim(c, iw, iws, 1, embed, "E of x") ||
+      (in_b != nullptr && !check_dim(c, *in_b, ibs, 0, 3 * embed, "3 * E of x")) ||
+      !check_dim(c, ow, ows, 0, embed, "E of x") || !check_dim(c, ow, ows, 1, embed, "E of x") ||
+      (out_b != nullptr && !check_dim(c, *out_b, obs, 0, embed, "E of x")) ||
+      !check_dim(c, *y, ys, 0, batch, "B of x") ||
+      !check_dim(c, *y, ys, 1, rows, rows_of_x.c_str()) ||
+      !check_dim(c, *y, ys, 2, embed, "E of x")) {
+    return false;
+  }
+  if (num_heads <= 0 || embed % num_heads != 0) {
+    return c.fail(ATTNGEN_ERROR_HEADS,
+                  "num_heads is " + std::to_string(num_heads) +
+                      "; it must be positive and divide E = " + std::to_string(embed));
+  }
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
+                                                                  {&iw, "in_proj_weight"},
+                                                                  {in_b, "in_proj_bias"},
+                                                                  {&ow, "out_proj_weight"},
+                                                                  {out_b, "out_proj_bias"}};
+  for (const auto& [in, name] : inputs) {
+    if (in != nullptr && !check_no_alias(c, *y, "y", *in, name)) return false;
+  }
+  return true;
+}
+
 }  // namespace attngen::rt
