@@ -37,7 +37,8 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> pv_rows{"pv_rows", 0, 0, 256};
   GeneratorParam<int> parallel_grain{"parallel_grain", 0, 0, 4096};
   GeneratorParam<int> threads_x{"threads_x", 0, 0, 1024};
-  GeneratorParam<int> stage_kv{"stage_kv", -1, -1, 1};  // -1: the schedule's default
+  GeneratorParam<int> stage_kv{"stage_kv", -1, -1, 2};  // -1: the schedule's default
+  GeneratorParam<int> pv_chunk{"pv_chunk", 0, 0, 1 << 20};
   // Algorithm form: 0 = the target's default (whole rows on CPUs, key blocks on GPUs), > 0 = key
   // blocks of this many keys merged with an online softmax.
   GeneratorParam<int> key_block{"key_block", 0, 0, 4096};
@@ -114,6 +115,7 @@ class Attention : public Generator<Attention> {
     requested.key_tile = key_tile;
     requested.pv_rows = pv_rows;
     requested.stage_kv = stage_kv;
+    requested.pv_chunk = pv_chunk;
     requested.parallel_grain = parallel_grain;
     requested.threads_x = threads_x;
     const attngen::AttentionTunables tunables =

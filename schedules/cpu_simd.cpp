@@ -59,6 +59,17 @@ void parallel_tasks(Func out, const Var& task, int grain) {
   out.split(task, job, task, grain, TailStrategy::GuardWithIf).parallel(job);
 }
 
+// K and V of a head copied once, contiguous, before its query tiles run (stage_kv 2). In
+// place, one key's row is Hkv x D floats from the next (a 4 KiB stride at H16 D64), so a head's
+// keys fall in 1/16 of the L2's sets and each query tile streams them from L3 again. Packed, a
+// head's K and V (S x D floats each, 512 KiB at S2048 D64) stay in L2 for all its query tiles.
+void stage_head_kv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info, Func out,
+                   const Var& h, int stage_kv) {
+  if (stage_kv != 2) return;
+  f.k.compute_at(out, h).vectorize(f.d, lanes_dividing(spec.head_dim_qk, info));
+  f.v.compute_at(out, h).vectorize(f.d, lanes_dividing(spec.head_dim_v, info));
+}
+
 }  // namespace
 
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
@@ -68,31 +79,37 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   const TailStrategy dv_tail =
       spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
-  Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task"), hb("hb");
+  Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
   Var vo("vo"), vi("vi");
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
-      .split(ii, ro, ri, t.pv_rows)
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, ro, io, h, b)
-      .fuse(h, b, hb)
-      .fuse(io, hb, task)
+      .reorder(vi, vo, ii, io, h, b)
+      .vectorize(vi)
+      .unroll(vo)
+      .parallel(b)
+      .parallel(h)
+      .rename(io, task);
+  parallel_tasks(out, task, t.parallel_grain);
+  stage_head_kv(f, spec, info, out, h, t.stage_kv);
+
+  // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across a chunk of
+  // pv_chunk keys; every row group of the tile passes over one chunk before the next, so that
+  // chunk of V and of probs is read from L1 rather than the whole row's from L2. Between chunks
+  // the accumulators go to the tile's acc (LLVM keeps them in registers within a chunk).
+  Func acc = f.acc;
+  RVar rjo("rjo"), rji("rji");
+  acc.compute_at(out, task).bound_extent(i, t.query_tile);
+  acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  acc.update()
+      .split(f.rj, rjo, rji, t.pv_chunk, TailStrategy::GuardWithIf)
+      .split(i, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, ri, rji, ro, rjo)
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
-  parallel_tasks(out, task, t.parallel_grain);
-
-  // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across the key loop.
-  Func acc = f.acc;
-  acc.compute_at(out, ro).bound_extent(i, t.pv_rows);
-  acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).unroll(i);
-  acc.update()
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, i, f.rj)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(i);
 
   // Everything below works on one query tile, with query rows innermost in memory.
   const auto per_query_tile = [&](Func g) -> Func {
@@ -153,10 +170,11 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 
   // K and V of the key block, staged once per block for the whole tile: the inner loops then
   // read fixed offsets from one base, with no per-key clamping or strided addressing.
-  if (t.stage_kv) {
+  if (t.stage_kv == 1) {
     f.k.compute_at(state, f.rb).vectorize(d, lanes_dividing(spec.head_dim_qk, info));
     f.v.compute_at(state, f.rb).vectorize(d, dv_lanes);
   }
+  stage_head_kv(f, spec, info, out, h, t.stage_kv);
 
   // Everything below works on one key block of one query tile, query rows innermost.
   for (Func g : {f.scores, f.block_max, f.block_sum, f.probs}) g.compute_at(state, f.rb);

@@ -50,7 +50,8 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
     return t;
   }
   const int lanes = info.f32_lanes;
-  if (t.stage_kv < 0) t.stage_kv = 1;
+  if (t.stage_kv < 0) t.stage_kv = 2;               // measured: see cpu_simd.cpp
+  if (t.pv_chunk <= 0) t.pv_chunk = 128;            // likewise
   if (t.query_tile <= 0) t.query_tile = 4 * lanes;  // measured: see cpu_simd.cpp
   // Round to whole vectors: producers vectorise along the query rows.
   t.query_tile = (t.query_tile + lanes - 1) / lanes * lanes;

@@ -20,7 +20,9 @@ struct AttentionTunables {
   int pv_rows = 0;         // query rows per register tile of the probs.v product (CPU)
   int parallel_grain = 0;  // query tiles per parallel work item (CPU; default 1)
   int threads_x = 0;       // threads along the fastest dimension of a block (GPU; default 32)
-  int stage_kv = -1;       // key-block form: copy each K/V block once per tile (1) or not (0)
+  int stage_kv = -1;       // K/V copied contiguous once per head (2), per key block (1), or read in
+                           // place (0) (CPU; 1 is for the key-block form only)
+  int pv_chunk = 0;  // whole-row form: keys per pass of the probs.v product over the tile (CPU)
 };
 
 struct LinearTunables {
