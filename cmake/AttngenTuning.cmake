@@ -18,7 +18,7 @@ include_guard(GLOBAL)
 # the algorithm's form; it is tunable only for kernels that do not ask for one (no KEY_BLOCK).
 set(ATTNGEN_TUNABLES_attention query_tile key_tile pv_rows parallel_grain threads_x stage_kv
                                pv_chunk key_block)
-set(ATTNGEN_TUNABLES_linear n_vectors rows row_block stage_grain threads_x threads_y)
+set(ATTNGEN_TUNABLES_linear n_vectors rows row_block e_chunk threads_x threads_y)
 
 function(attngen_tuning_class OUT)
   set(options SOFTCAP WEIGHTS LSE)

@@ -257,9 +257,13 @@ LinearFuncs define_linear(const Func& x, const Func& w, const Func& bias, const 
   f.x(e, s, b) = x(e, clamp(s, 0, shape.rows - 1), b);
   f.w = Func(name + "_w");
   f.w(e, n) = w(e, nc);
+  // Panels of `panel` output features, each contiguous (pi innermost) when a schedule stores it:
+  // the product's register tile then reads its weights from one block of memory.
+  f.w_panels = Func(name + "_w_panels");
+  f.w_panels(f.pi, e, f.po) = f.w(e, f.po * shape.panel + f.pi);
   f.sum = Func(name + "_sum");
   f.sum(n, s, b) = bias(nc);
-  f.sum(n, s, b) += f.x(f.re, s, b) * f.w(f.re, n);
+  f.sum(n, s, b) += f.x(f.re, s, b) * f.w_panels(n % shape.panel, f.re, n / shape.panel);
   f.out = Func(name);
   f.out(n, s, b) = f.sum(n, s, b);
   return f;

@@ -90,15 +90,18 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 // y(n, s, b) = sum_e x(e, s, b) * w(e, n) + bias(n): PyTorch nn.Linear with weight [N, E].
 struct LinearShape {
   Halide::Expr in_features, out_features, rows;  // E, N and the extent of s
+  int panel = 1;  // output features per weight panel (plan_linear(): the schedule's choice)
 };
 
 struct LinearFuncs {
   Halide::Var e{"e"}, n{"n"}, s{"s"}, b{"b"};
   Halide::RDom re;
-  Halide::Func x;    // (e, s, b) input rows, clamped along s
-  Halide::Func w;    // (e, n) weights as read by the product; schedules stage it transposed
-  Halide::Func sum;  // (n, s, b) bias + x.w
-  Halide::Func out;  // (n, s, b)
+  Halide::Func x;  // (e, s, b) input rows, clamped along s
+  Halide::Var pi{"pi"}, po{"po"};
+  Halide::Func w;         // (e, n) weights, clamped along n
+  Halide::Func w_panels;  // (pi, e, po) = w(e, po * panel + pi): what the product reads
+  Halide::Func sum;       // (n, s, b) bias + x.w
+  Halide::Func out;       // (n, s, b)
 };
 
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,

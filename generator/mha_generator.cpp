@@ -35,8 +35,10 @@ class Mha : public Generator<Mha> {
     Expr seq = x.dim(1).extent();
     Expr heads = embed / dh;
 
-    attngen::LinearFuncs in_proj =
-        attngen::define_linear(x, in_w, in_b, {embed, 3 * embed, seq}, "in_proj");
+    attngen::LinearShape in_shape{embed, 3 * embed, seq};
+    const attngen::LinearTunables linear_tunables =
+        attngen::plan_linear(in_shape, {}, get_target(), get_auto_schedule());
+    attngen::LinearFuncs in_proj = attngen::define_linear(x, in_w, in_b, in_shape, "in_proj");
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec;
@@ -61,8 +63,10 @@ class Mha : public Generator<Mha> {
     Var n("n");
     Func concat("concat");
     concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
+    attngen::LinearShape out_shape{embed, embed, seq};
+    out_shape.panel = in_shape.panel;
     attngen::LinearFuncs out_proj =
-        attngen::define_linear(concat, out_w, out_b, {embed, embed, seq}, "out_proj");
+        attngen::define_linear(concat, out_w, out_b, out_shape, "out_proj");
     y(n, s, b) = out_proj.out(n, s, b);
 
     in_w.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
@@ -85,14 +89,15 @@ class Mha : public Generator<Mha> {
     // Three stages, each with its own schedule; Q/K/V and the per-head output live in memory
     // between them (B*S*3E and B*S*E floats).
     const Target t = get_target();
-    qkv.compute_root();
-    attngen::schedule_linear(in_proj, t, false);
+    // Its tiles of output features line up with the weight panels of in_proj.
+    qkv.compute_root().align_bounds(in_proj.n, in_shape.panel);
+    attngen::schedule_linear(in_proj, t, false, linear_tunables);
     attn.out.compute_root();
     attngen::schedule_attention(attn, spec, t, false, tunables);
     out_proj.out.compute_inline();
     attngen::LinearFuncs outs = out_proj;
     outs.out = y;
-    attngen::schedule_linear(outs, t, false);
+    attngen::schedule_linear(outs, t, false, linear_tunables);
   }
 };
 

@@ -100,9 +100,20 @@ LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.rows <= 0) t.rows = std::max(1, info.accumulators / t.n_vectors);
   if (t.row_block <= 0) t.row_block = 8 * t.rows;
   t.row_block = (t.row_block + t.rows - 1) / t.rows * t.rows;
-  if (t.stage_grain <= 0) t.stage_grain = 16;
+  if (t.e_chunk <= 0) t.e_chunk = 128;     // measured: see cpu_simd.cpp
   if (t.threads_x <= 0) t.threads_x = 32;  // a warp
   if (t.threads_y <= 0) t.threads_y = 8;
+  return t;
+}
+
+LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
+                           const Halide::Target& target, bool autoscheduled) {
+  const TargetInfo info = target_info(target);
+  const LinearTunables t = resolve(requested, info);
+  const bool simd = info.isa == Isa::kAvx512 || info.isa == Isa::kAvx2 || info.isa == Isa::kNeon ||
+                    info.isa == Isa::kSse41;
+  // One panel per register tile's output features (schedule_linear_simd()).
+  shape.panel = simd && !autoscheduled ? t.n_vectors * info.f32_lanes : 1;
   return t;
 }
 

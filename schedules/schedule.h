@@ -26,12 +26,12 @@ struct AttentionTunables {
 };
 
 struct LinearTunables {
-  int n_vectors = 0;    // output-feature vectors per register tile (CPU)
-  int rows = 0;         // rows per register tile (CPU)
-  int row_block = 0;    // rows sharing one pass over a weight panel (CPU cache blocking)
-  int stage_grain = 0;  // input features per parallel item when staging the weights (CPU; 16)
-  int threads_x = 0;    // threads per block along the output features (GPU; default 32)
-  int threads_y = 0;    // threads per block along the rows (GPU; default 8)
+  int n_vectors = 0;  // output-feature vectors per register tile (CPU)
+  int rows = 0;       // rows per register tile (CPU)
+  int row_block = 0;  // rows sharing one pass over a weight panel (CPU cache blocking)
+  int e_chunk = 0;    // input features per pass over a row block's tile (CPU cache blocking)
+  int threads_x = 0;  // threads per block along the output features (GPU; default 32)
+  int threads_y = 0;  // threads per block along the rows (GPU; default 8)
 };
 
 // The algorithm form a target's schedule uses (AttentionSpec::key_block). `requested` 0 means the
@@ -46,6 +46,11 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
 AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
                                  const Halide::Target& target);
 LinearTunables resolve(LinearTunables t, const TargetInfo& info);
+
+// Fixes the algorithm's weight panels (shape.panel) for a target before define_linear(); returns
+// the resolved tunables, to pass on to schedule_linear().
+LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
+                           const Halide::Target& target, bool autoscheduled);
 
 void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
                         bool autoscheduled, const AttentionTunables& tunables = {});

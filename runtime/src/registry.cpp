@@ -83,10 +83,11 @@ const char* const kCuda = "cuda";
 // The ISA set by attngen_set_isa(), or nullptr.
 std::atomic<const char*> g_forced_isa{nullptr};
 
-// Above this many keys an explicit key-block kernel beats the default form: whole score rows
-// of a query tile no longer stay in L2 (bench/RESULTS.md, AVX-512: the row form leads at
-// Skv 512, is even at 1024 and behind from 2048).
-constexpr int64_t kLongKeys = 1024;
+// Above this many keys an explicit key-block kernel beats the default form: the whole score
+// rows of a query tile (query_tile x Skv floats) no longer stay in L2. Measured on AVX-512 with
+// K/V packed per head (bench/RESULTS.md, D64, 2 threads, same-run A/B): rows vs key block 128
+// are 90 vs 100 ms at S2048 (H16), even at S4096 (H8, 220 vs 218 ms), 1020 vs 909 ms at S8192.
+constexpr int64_t kLongKeys = 4096;
 
 // Among kernels of the same ISA: 1 for the form that suits the call's key length.
 int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {

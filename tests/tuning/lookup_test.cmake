@@ -48,7 +48,7 @@ attngen_tuning_lookup(FILE "${sample}" TARGET x86_64_avx512
 expect("entry keeping the defaults: no tunables" "${t}" "")
 expect("entry keeping the defaults: found" "${found}" "TRUE")
 attngen_tuning_lookup(FILE "${sample}" TARGET x86_64_avx512 CLASS "linear" OUT t)
-expect("linear hit" "${t}" "n_vectors=2;rows=12;stage_grain=8")
+expect("linear hit" "${t}" "e_chunk=64;n_vectors=2;rows=12")
 
 # Misses: another class, a prefix of a class, a missing file.
 attngen_tuning_lookup(FILE "${sample}" TARGET x86_64_avx512 CLASS "attention d80 causal"
