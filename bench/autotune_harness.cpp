@@ -40,7 +40,8 @@ std::string g_last_error;  // from the kernels' Halide runtimes, instead of thei
 void record_error(void*, const char* message) { g_last_error = message; }
 
 // The kernels' halide_malloc/halide_free (--allocator cached, the default): each thread keeps
-// the blocks it frees and hands them out again for the same size. Schedules that allocate per
+// the blocks it frees and hands them out again for the same power-of-two size class, last freed
+// first, as the attngen runtime does (runtime/src/allocator.cpp). Schedules that allocate per
 // parallel task (the key-block state, whose size is not constant) otherwise time glibc: its
 // per-thread arenas shrink and grow again around every task, and how much that costs depends
 // on the process's heap history. Measured (2-core Ice Lake VM, B1 H12 S1024 D64 causal,
@@ -52,11 +53,13 @@ constexpr size_t kAlignment = 128;  // at least halide_malloc_alignment() of eve
 thread_local std::vector<std::pair<size_t, void*>> t_free_blocks;
 
 void* cached_malloc(void*, size_t size) {
-  for (size_t i = 0; i < t_free_blocks.size(); ++i) {
+  size_t size_class = 4096;
+  while (size_class < size) size_class <<= 1;
+  size = size_class;
+  for (size_t i = t_free_blocks.size(); i-- > 0;) {
     if (t_free_blocks[i].first == size) {
       void* p = t_free_blocks[i].second;
-      t_free_blocks[i] = t_free_blocks.back();
-      t_free_blocks.pop_back();
+      t_free_blocks.erase(t_free_blocks.begin() + static_cast<std::ptrdiff_t>(i));
       return p;
     }
   }
@@ -130,7 +133,9 @@ struct Problem {
   std::vector<Tensor*> tensors;
   std::vector<std::pair<std::string, Tensor*>> by_name;
   float scale = 1.0f, softcap = 30.0f;
-  bool bottom_right = true;
+  // Top-left, as the runtime passes it whenever kv_len == Sq in every batch (Sq = Skv here, every
+  // key valid: the two alignments agree); kernels specialise on it.
+  bool bottom_right = false;
   Tensor* out = nullptr;
   double flops = 0;
 

@@ -7,6 +7,7 @@ set(ATTNGEN_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=al
 function(attngen_runtime_library NAME)
   cmake_parse_arguments(A "SANITIZE" "" "" ${ARGN})
   add_library(${NAME} STATIC
+              "${PROJECT_SOURCE_DIR}/runtime/src/allocator.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/decode.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/kv_cache.cpp"

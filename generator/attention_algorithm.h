@@ -45,8 +45,12 @@ struct AttentionSpec {
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
   // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
   int key_block = 0;
-  // Key-block form only: query rows per tile, the unit of block skipping. Schedules compute the
-  // state one tile at a time (it is their query tile).
+  // Row form: keys per chunk (rj.x), the unit of key skipping and of the schedules' passes over
+  // the keys.
+  int key_chunk = 64;
+  // Query rows per tile, the unit of key skipping (whole key blocks, or in the row form the keys
+  // no row of the tile attends). Schedules compute the row statistics (row form) or the state
+  // (key-block form) one tile at a time: it is their query tile.
   int query_tile = 64;
 };
 
@@ -61,18 +65,19 @@ struct AttentionInputs {
 
 struct AttentionFuncs {
   Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"}, kb{"kb"};
-  Halide::Var qi{"qi"}, qt{"qt"};  // key-block form: query row i = qt * query_tile + qi
-  Halide::RDom rd, rj;
+  Halide::Var qi{"qi"}, qt{"qt"};  // query row i = qt * query_tile + qi
+  Halide::RDom rd;
+  Halide::RDom rj;      // row form: key rj.y * key_chunk + rj.x
   Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
   Halide::Func dot;     // (j, i, h, b) raw q.k
   Halide::Func scores;  // (j, i, h, b) scaled, capped, masked (-inf where not attended)
   // Whole rows (spec.key_block == 0):
-  Halide::Func row_max;  // (i, h, b)
+  Halide::Func row_max;  // (qi, qt, h, b)
   Halide::Func probs;    // (j, i, h, b) exp(scores - max of the row, or of the key block), 0 masked
-  Halide::Func row_sum;  // (i, h, b)
-  Halide::Func acc;      // (d, i, h, b) sum_j probs * v
+  Halide::Func row_sum;  // (qi, qt, h, b)
+  Halide::Func acc;      // (d, qi, qt, h, b) sum_j probs * v
   // Key blocks with an online softmax (spec.key_block > 0); probs is relative to block_max.
   Halide::RDom rk;         // keys of one block: j = kb * key_block + rk
   Halide::RDom rb;         // the key blocks a query tile visits, in order
@@ -81,6 +86,7 @@ struct AttentionFuncs {
   Halide::Func block_pv;   // (d, kb, i, h, b) sum over the block of probs * v
   Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
   Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
+  Halide::Expr top_left;   // the call aligns query i with key i (offset 0): worth specialising
   Halide::Func weights;    // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
   Halide::Func lse;        // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
 };
@@ -108,7 +114,7 @@ LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Ha
                           const LinearShape& shape, const std::string& name);
 
 // exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
-// would underflow flushed to exactly 0 (fast_exp returns garbage there).
+// would underflow (x <= -88) exactly 0.
 Halide::Expr softmax_exp(const Halide::Expr& x);
 
 }  // namespace attngen

@@ -23,12 +23,12 @@ namespace {
 
 // The scores of a query tile (all keys, or one key block), query rows innermost in memory and
 // in vectors: q.k register-blocked with (query_tile / lanes) x key_tile accumulators live across
-// Dqk; the row statistics (max and sum, reduced over `r`) and the exps vertical over the rows.
-// Where each Func is computed is the caller's choice.
-void schedule_score_tile(const AttentionFuncs& f, const std::vector<Func>& stats, const RVar& r,
-                         int lanes, int key_tile) {
+// Dqk; the row statistics (max and sum, rows along `row`, reduced over `r`) and the exps vertical
+// over the rows. Where each Func is computed is the caller's choice.
+void schedule_score_tile(const AttentionFuncs& f, const std::vector<Func>& stats, const Var& row,
+                         const std::vector<VarOrRVar>& r, int lanes, int key_tile) {
   const Var &i = f.i, &j = f.j;
-  Var qo("qo"), qi("qi"), jo("jo"), ji("ji");
+  Var qo("lo"), qi("li"), jo("jo"), ji("ji");
   Func scores = f.scores;
   scores.reorder_storage(i, j)
       .split(j, jo, ji, key_tile)
@@ -41,8 +41,10 @@ void schedule_score_tile(const AttentionFuncs& f, const std::vector<Func>& stats
   dot.split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo).unroll(j);
   dot.update().split(i, qo, qi, lanes).reorder(qi, qo, j, f.rd).vectorize(qi).unroll(qo).unroll(j);
   for (Func g : stats) {
-    g.split(i, qo, qi, lanes).vectorize(qi).unroll(qo);
-    g.update().split(i, qo, qi, lanes).reorder(qi, qo, r).vectorize(qi).unroll(qo);
+    g.split(row, qo, qi, lanes).vectorize(qi).unroll(qo);
+    std::vector<VarOrRVar> order{qi, qo};
+    order.insert(order.end(), r.begin(), r.end());
+    g.update().split(row, qo, qi, lanes).reorder(order).vectorize(qi).unroll(qo);
   }
   Func probs = f.probs;
   probs.reorder_storage(i, j).split(i, qo, qi, lanes).reorder(qi, qo, j).vectorize(qi).unroll(qo);
@@ -95,18 +97,21 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   stage_head_kv(f, spec, info, out, h, t.stage_kv);
 
   // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across a chunk of
-  // pv_chunk keys; every row group of the tile passes over one chunk before the next, so that
-  // chunk of V and of probs is read from L1 rather than the whole row's from L2. Between chunks
-  // the accumulators go to the tile's acc (LLVM keeps them in registers within a chunk).
-  Func acc = f.acc;
-  RVar rjo("rjo"), rji("rji");
-  acc.compute_at(out, task).bound_extent(i, t.query_tile);
+  // keys (spec.key_chunk = pv_chunk); every row group of the tile passes over one chunk before
+  // the next, so that chunk of V and of probs is read from L1 rather than the whole row's from
+  // L2. Between chunks the accumulators go to the tile's acc (LLVM keeps them in registers
+  // within a chunk).
+  // The row statistics and acc of the tile: rows qi of tile qt (the task's).
+  const auto per_tile_rows = [&](Func g) -> Func {
+    g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
+    return g;
+  };
+  Func acc = per_tile_rows(f.acc);
   acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   acc.update()
-      .split(f.rj, rjo, rji, t.pv_chunk, TailStrategy::GuardWithIf)
-      .split(i, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
+      .split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, rji, ro, rjo)
+      .reorder(vi, vo, ri, f.rj.x, ro, f.rj.y)
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
@@ -119,8 +124,17 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 
   per_query_tile(f.q).reorder_storage(i, d).reorder(i, d).vectorize(i, lanes);
 
-  for (Func g : {f.scores, f.row_max, f.row_sum, f.probs}) per_query_tile(g);
-  schedule_score_tile(f, {f.row_max, f.row_sum}, f.rj, lanes, t.key_tile);
+  // Scores and probs take their rows from bounds inference (the tile's, with top-left
+  // alignment): under bottom-right alignment the chunk predicate makes it widen them for tiles
+  // whose rows see no key, past an explicit bound.
+  for (Func g : {f.scores, f.probs}) g.compute_at(out, task);
+  for (Func g : {f.row_max, f.row_sum}) per_tile_rows(g);
+  schedule_score_tile(f, {f.row_max, f.row_sum}, f.qi, {f.rj.x, f.rj.y}, lanes, t.key_tile);
+
+  // Causal kernels restrict the key chunks of a tile by position; with top-left alignment that
+  // predicate reads no buffer and leaves the inner loops (the accumulators then stay in
+  // registers), so that case gets its own copy of the loops.
+  if (spec.mask == MaskKind::kCausal) out.specialize(f.top_left);
 }
 
 // Key blocks with the online softmax (AttentionSpec::key_block > 0): memory per task is
@@ -178,7 +192,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 
   // Everything below works on one key block of one query tile, query rows innermost.
   for (Func g : {f.scores, f.block_max, f.block_sum, f.probs}) g.compute_at(state, f.rb);
-  schedule_score_tile(f, {f.block_max, f.block_sum}, f.rk, lanes, t.key_tile);
+  schedule_score_tile(f, {f.block_max, f.block_sum}, f.i, {f.rk}, lanes, t.key_tile);
   Func pv = f.block_pv;
   pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   pv.update()

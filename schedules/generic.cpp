@@ -20,7 +20,9 @@ void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info) {
   for (Func g : {f.scores, f.probs}) g.compute_at(out, task).vectorize(f.j, lanes);
   for (Func g : {f.row_max, f.row_sum}) g.compute_at(out, task);
   f.acc.compute_at(out, task).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
-  f.acc.update().reorder(f.d, f.i, f.rj).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
+  f.acc.update()
+      .reorder(f.d, f.qi, f.rj.x, f.rj.y)
+      .vectorize(f.d, lanes, TailStrategy::GuardWithIf);
 }
 
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info) {

@@ -36,6 +36,19 @@ void per_row(Stage g, const Var& i, const Var& h, const Var& b, const TargetInfo
   g.fuse(h, b, hb).parallel(hb).vectorize(i, info.f32_lanes, TailStrategy::GuardWithIf);
 }
 
+// A stage of the row statistics (qi, qt, h, b): vectors (or threads) along the rows of a tile.
+void per_tile_row(Stage g, const Var& qi, const Var& qt, const Var& h, const Var& b,
+                  const TargetInfo& info) {
+  if (info.isa == Isa::kCuda) {
+    Var qio, qto, qii, qti;
+    g.gpu_tile(qi, qt, qio, qto, qii, qti, 32, 2, TailStrategy::GuardWithIf);
+    return;
+  }
+  Var hb;
+  g.fuse(h, b, hb).parallel(hb).parallel(qt).vectorize(qi, info.f32_lanes,
+                                                       TailStrategy::GuardWithIf);
+}
+
 }  // namespace
 
 void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
@@ -55,8 +68,8 @@ void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
 
   for (Func g : {f.row_max, f.row_sum}) {
     g.compute_root();
-    per_row(g, i, h, b, info);
-    per_row(g.update(), i, h, b, info);
+    per_tile_row(g, f.qi, f.qt, h, b, info);
+    per_tile_row(g.update(), f.qi, f.qt, h, b, info);
   }
   f.probs.compute_root();
   elementwise_4d(f.probs, j, i, h, b, info);
@@ -73,7 +86,9 @@ void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
     out.fuse(h, b, hb).parallel(hb).parallel(i).vectorize(d, info.f32_lanes,
                                                           TailStrategy::GuardWithIf);
     f.acc.compute_at(out, i).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
-    f.acc.update().reorder(d, f.rj).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
+    f.acc.update()
+        .reorder(d, f.rj.x, f.rj.y)
+        .vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
   }
 }
 

@@ -39,6 +39,7 @@ int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info) {
   if (t.parallel_grain <= 0) t.parallel_grain = 1;
   if (t.threads_x <= 0) t.threads_x = 32;  // a warp
+  if (t.pv_chunk <= 0) t.pv_chunk = 64;    // measured: see cpu_simd.cpp
   if (info.isa == Isa::kCuda) {
     if (t.query_tile <= 0) {
       t.query_tile = kCudaQueryTile;
@@ -51,7 +52,6 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
   }
   const int lanes = info.f32_lanes;
   if (t.stage_kv < 0) t.stage_kv = 2;               // measured: see cpu_simd.cpp
-  if (t.pv_chunk <= 0) t.pv_chunk = 128;            // likewise
   if (t.query_tile <= 0) t.query_tile = 4 * lanes;  // measured: see cpu_simd.cpp
   // Round to whole vectors: producers vectorise along the query rows.
   t.query_tile = (t.query_tile + lanes - 1) / lanes * lanes;
@@ -70,12 +70,16 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   const PatternSpec& ps = spec.pattern;
   if (spec.weights || spec.lse) {
     spec.key_block = 0;  // the inspection schedule keeps whole score rows
-    return resolve(requested, spec, target_info(target));
+    const AttentionTunables t = resolve(requested, spec, target_info(target));
+    spec.query_tile = t.query_tile;
+    spec.key_chunk = t.pv_chunk;
+    return t;
   }
   AttentionTunables want = requested;
-  const bool skips = ps.kind != Pattern::kNone || spec.mask == MaskKind::kCausal;
-  if (skips && spec.key_block == 0 && !target.has_gpu_feature()) {
-    spec.key_block = kSkippingKeyBlock;  // skipping masked blocks needs the key-block form
+  // The row form skips the keys past the causal diagonal of a query tile; patterns skip whole
+  // key blocks, in the key-block form.
+  if (ps.kind != Pattern::kNone && spec.key_block == 0 && !target.has_gpu_feature()) {
+    spec.key_block = kSkippingKeyBlock;
   }
   if (ps.kind == Pattern::kBlockSparse && !target.has_gpu_feature()) {
     // One layout entry per (query tile, key block): both are the layout's block.
@@ -91,7 +95,8 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
                                std::to_string(spec.key_block) + ") and of the query tile (" +
                                std::to_string(t.query_tile) + ") of this target");
   }
-  if (spec.key_block > 0) spec.query_tile = t.query_tile;
+  spec.query_tile = t.query_tile;
+  spec.key_chunk = t.pv_chunk;
   return t;
 }
 

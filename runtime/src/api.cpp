@@ -30,9 +30,10 @@ void capture_error(void* user_context, const char* message) {
   }
 }
 
-void install_error_handler() {
+void install_halide_hooks() {
   static const bool installed = [] {
     halide_set_error_handler(capture_error);
+    install_allocator();
     return true;
   }();
   (void)installed;
@@ -69,6 +70,18 @@ bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64
     values[static_cast<size_t>(b)] = n;
   }
   return true;
+}
+
+// Bottom-right alignment places query i at kv_len - Sq + i; where kv_len == Sq in every batch
+// that is top-left alignment, which the kernels run faster (no per-batch offset in their key
+// ranges; generator/attention_algorithm.cpp).
+bool needs_bottom_right(attngen_alignment alignment, int64_t seq_q,
+                        const std::vector<int32_t>& kv_len) {
+  if (alignment != ATTNGEN_ALIGN_BOTTOM_RIGHT) return false;
+  for (const int32_t n : kv_len) {
+    if (n != seq_q) return true;
+  }
+  return false;
 }
 
 bool check_enums(Check& c, attngen_mask_kind mask, attngen_alignment alignment) {
@@ -184,7 +197,7 @@ bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t 
 
 attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
                           const attngen_kernel_args& args) {
-  install_error_handler();
+  install_halide_hooks();
   CallContext ctx;
   const int result = kernel->run(&ctx, &args);
   if (result != 0) {
@@ -370,7 +383,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(dqk));
   args.softcap = opt.softcap;
-  args.bottom_right = opt.alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  args.bottom_right = needs_bottom_right(opt.alignment, seq_q, kv_len);
   run_kernel(c, kernel, args);
   return finish(c, kernel);
 }
@@ -456,7 +469,7 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   args.w2 = &how.buf;
   args.bias2 = &hob.buf;
   args.kv_len = &hl.buf;
-  args.bottom_right = options->alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  args.bottom_right = needs_bottom_right(options->alignment, seq, kv_len);
   args.out = &hy.buf;
   run_kernel(c, kernel, args);
   return finish(c, kernel);

@@ -83,6 +83,9 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
 // Publishes a call's outcome to attngen_last_error() / attngen_last_kernel().
 attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 
+// Makes the kernels' scratch memory come from a per-thread cache (allocator.cpp); idempotent.
+void install_allocator();
+
 // Threads the kernels run on (attngen_set_num_threads(), or Halide's default).
 int thread_count();
 
