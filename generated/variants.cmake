@@ -15,6 +15,8 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 64 MASK_TENSOR bool"
     "OP attention HEAD_DIM 64 MASK causal MASK_TENSOR additive"
     "OP attention HEAD_DIM 64 MASK causal SOFTCAP"
+    "OP attention HEAD_DIM 128"
+    "OP attention HEAD_DIM 128 MASK causal"
     # The key-block (online softmax) form asked for explicitly: the runtime prefers these for
     # long key sequences (runtime/src/registry.cpp).
     "OP attention HEAD_DIM 64 KEY_BLOCK 128"
