@@ -13,6 +13,9 @@
 // and attngen_mha/B4_S512_E768_H12 (the MHA layer, automatic choice). --threads=N (default: one
 // per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
 // bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
+// Always registered: decode/... (attngen_decode over a KV cache, GB/s of K and V read),
+// stream_read/... (a streaming read of as many bytes, the memory's ceiling, in the same run) and
+// decode_splits/... (split-KV against one task per kv head, on 2 threads).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

@@ -3,10 +3,10 @@
 //
 // The cache layout the kernel reads is the runtime's storage layout (runtime/src/kv_cache.cpp):
 // per layer [B, Hkv, capacity, Dqk + Dv], each slot's K then its V, so a kv head's keys and
-// values are one contiguous stream (measured on the 2-core dev machine: 0.83-0.86 of a plain
-// streaming read, against 0.76 with K and V in separate arrays). k and v are views of it,
-// (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart. Slot
-// s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
+// values are one contiguous stream (measured on the 2-core dev machine, paired runs: 0.83 of a
+// plain streaming read, against 0.76 with K and V in separate arrays; bench/RESULTS.md). k and
+// v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart.
+// Slot s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
 // that is p = s (a plain cache), beyond it the cache is a ring buffer of the last `capacity`
 // positions. Queries are aligned bottom-right: query i of sequence b sits at position
 // kv_len[b] - q_len[b] + i and attends the positions p <= that (and >= it - window with a

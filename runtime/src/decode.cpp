@@ -17,9 +17,10 @@ const char* const kQDims[] = {"B", "t", "Hq", "Dqk"};
 const char* const kODims[] = {"B", "t", "Hq", "Dv"};
 const char* const kRowsDims[] = {"B", "t", "E"};
 
-// Split-KV policy. A decode task is one (split, sequence, kv head); enough tasks keep every
-// thread busy to the end, and a split shorter than a few blocks costs more in its partial and
-// merge than it gains. Measured in bench/attention_bench.cpp (decode/...): see bench/RESULTS.md.
+// Split-KV policy. A decode task is one (split, sequence, kv head): about four tasks per thread
+// keep every thread busy to the end, and a split shorter than a few key blocks costs more in its
+// partial and merge than it gains. Chosen, not tuned (a 2-core machine cannot tell the
+// constants apart); bench/RESULTS.md has the split cases of bench/attention_bench.cpp.
 constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kMinSplitKeys = 256;
 
