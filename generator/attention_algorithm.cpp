@@ -205,9 +205,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   }
 
   // Position alignment: query i sits at absolute position offset + i.
-  // Clamped to what the runtime accepts (0 <= kv_len <= Skv, checked before any call), so that
-  // bounds inference knows the key ranges derived from it are within the keys.
-  Expr kv_len = clamp(in.kv_len(b), 0, in.seq_kv);
+  Expr kv_len = in.kv_len(b);
   Expr offset = select(in.bottom_right, kv_len - in.seq_q, 0);
   f.top_left = !in.bottom_right;
   Expr attend = j < kv_len;

@@ -1,18 +1,28 @@
 // Tiled CPU schedules for SIMD targets: written and measured for x86 AVX-512, used with the
 // narrower vectors of AVX2 and NEON until those get schedules of their own.
 //
-// Attention: parallel over batch x heads x query tiles. Per query tile the full row of scores
-// (query_tile x Skv floats, query rows innermost) stays in L2, so the row max, exp and row sum
-// are plain vertical vector ops. Two register-blocked inner loops do the flops:
+// Attention: parallel over batches, heads (K and V of a head packed contiguous once, stage_kv 2)
+// and query tiles. Per query tile the row of scores (query_tile x the keys it visits, query rows
+// innermost) stays in L2, so the row max, exp and row sum are plain vertical vector ops. Two
+// register-blocked inner loops do the flops:
 //   q.k : query_tile/lanes vectors x key_tile keys of accumulators, K broadcast from memory;
-//   p.v : pv_rows rows x Dv/lanes vectors of accumulators, V rows loaded as vectors.
-// Linear (X W^T + b): the weights are staged once, transposed, so output features are
-// contiguous; row blocks share a weight panel while it is in cache.
+//   p.v : pv_rows rows x Dv/lanes vectors of accumulators over a chunk of pv_chunk keys, V rows
+//         loaded as vectors, every row group of the tile passing over a chunk while it is in L1.
+// Causal tiles visit only the key chunks up to their last row (the algorithm's chunk predicate).
+// Linear (X W^T + b): the weights are staged once per call in panels of a register tile's
+// output features; the register tile runs over e_chunk input features at a time.
 //
-// Measured (build/ci/bench/attngen_bench, medians of 3, 2026-11-29, 2-core Xeon Ice Lake
-// 2.8 GHz VM, both cores): query_tile 64 (4 zmm) x key_tile 6 x pv_rows 4, dense D64:
-// 63 GFLOP/s at B1 H16 S2048 and 97 GFLOP/s at B4 H12 S512, against OpenBLAS sgemm 2048^3
-// at 175 GFLOP/s in the same run. query_tile 32 gave 53 / 87, query_tile 16 gave 43 / 66.
+// Measured (2026-11-29, 2-core Xeon Ice Lake-SP 2.8 GHz VM, both cores, quiet machine; same-run
+// ratios, as the machine's speed itself drifts by +-25% from minute to minute):
+// - dense D64, B1 H16 S2048: 187 ms (row form, K/V read in place: a 4 KiB stride put a head's
+//   keys in 1/16 of the L2's sets) -> 97 ms with K/V packed per head -> 89 ms with p.v in key
+//   chunks; 0.90-1.1x OpenBLAS sgemm 2048^3 GFLOP/s in the same run (bench/RESULTS.md).
+//   Key-block form: 100-110 ms at S2048, ahead only from S8192 (909 vs 1020 ms, H8).
+// - causal D64, same shape: 0.54-0.58 of dense (0.516 of the pairs are visited at tile 64).
+// - tiles (autotune harness A/B): query_tile 64 x key_tile 5-6 x pv_rows 4-6, pv_chunk 64 within
+//   3% of each other; query_tile 32/96 and pv_chunk 128-256 2-8% slower.
+// - linear B4 S512 E768 -> 2304: 83-94 GFLOP/s with the weights transposed (numpy's OpenBLAS
+//   sgemm of the shape: 190 in the same minute) -> 156-245 with panels and e chunks.
 #include "schedules/schedule.h"
 
 namespace attngen {
@@ -96,16 +106,17 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   parallel_tasks(out, task, t.parallel_grain);
   stage_head_kv(f, spec, info, out, h, t.stage_kv);
 
-  // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across a chunk of
-  // keys (spec.key_chunk = pv_chunk); every row group of the tile passes over one chunk before
-  // the next, so that chunk of V and of probs is read from L1 rather than the whole row's from
-  // L2. Between chunks the accumulators go to the tile's acc (LLVM keeps them in registers
-  // within a chunk).
   // The row statistics and acc of the tile: rows qi of tile qt (the task's).
   const auto per_tile_rows = [&](Func g) -> Func {
     g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
     return g;
   };
+
+  // probs.v, register-blocked: pv_rows x (Dv / dv_lanes) accumulators live across a chunk of
+  // keys (spec.key_chunk = pv_chunk); every row group of the tile passes over one chunk before
+  // the next, so that chunk of V and of probs is read from L1 rather than the whole row's from
+  // L2. Between chunks the accumulators go to the tile's acc (LLVM keeps them in registers
+  // within a chunk).
   Func acc = per_tile_rows(f.acc);
   acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   acc.update()
@@ -124,10 +135,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 
   per_query_tile(f.q).reorder_storage(i, d).reorder(i, d).vectorize(i, lanes);
 
-  // Scores and probs take their rows from bounds inference (the tile's, with top-left
-  // alignment): under bottom-right alignment the chunk predicate makes it widen them for tiles
-  // whose rows see no key, past an explicit bound.
-  for (Func g : {f.scores, f.probs}) g.compute_at(out, task);
+  for (Func g : {f.scores, f.probs}) per_query_tile(g);
   for (Func g : {f.row_max, f.row_sum}) per_tile_rows(g);
   schedule_score_tile(f, {f.row_max, f.row_sum}, f.qi, {f.rj.x, f.rj.y}, lanes, t.key_tile);
 

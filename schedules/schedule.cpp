@@ -39,8 +39,8 @@ int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info) {
   if (t.parallel_grain <= 0) t.parallel_grain = 1;
   if (t.threads_x <= 0) t.threads_x = 32;  // a warp
-  if (t.pv_chunk <= 0) t.pv_chunk = 64;    // measured: see cpu_simd.cpp
   if (info.isa == Isa::kCuda) {
+    if (t.pv_chunk <= 0) t.pv_chunk = 64;  // keys per chunk of the row form (inspection only)
     if (t.query_tile <= 0) {
       t.query_tile = kCudaQueryTile;
       while (t.query_tile > 1 && cuda_shared_bytes(t.query_tile, spec.key_block, spec.head_dim_qk,
@@ -62,6 +62,9 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
     const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
     t.pv_rows = rows_for_accumulators(dv_vectors, t.query_tile, info);
   }
+  // A chunk of V (Dv floats a key) and of probs (query_tile floats a key) in L1: 64 keys at D64
+  // on AVX-512, the best of 32-256 measured (cpu_simd.cpp).
+  if (t.pv_chunk <= 0) t.pv_chunk = chunk_for_l1(4 * (spec.head_dim_v + t.query_tile), info);
   return t;
 }
 
@@ -105,7 +108,9 @@ LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.rows <= 0) t.rows = std::max(1, info.accumulators / t.n_vectors);
   if (t.row_block <= 0) t.row_block = 8 * t.rows;
   t.row_block = (t.row_block + t.rows - 1) / t.rows * t.rows;
-  if (t.e_chunk <= 0) t.e_chunk = 128;     // measured: see cpu_simd.cpp
+  // A chunk of the weight panel (n_tile floats a feature) and of the rows in L1: 128 features on
+  // AVX-512, the best of 64-256 measured (cpu_simd.cpp).
+  if (t.e_chunk <= 0) t.e_chunk = chunk_for_l1(4 * (t.n_vectors * info.f32_lanes + t.rows), info);
   if (t.threads_x <= 0) t.threads_x = 32;  // a warp
   if (t.threads_y <= 0) t.threads_y = 8;
   return t;

@@ -61,6 +61,12 @@ int lanes_dividing(int extent, const TargetInfo& info) {
   return info.f32_lanes;
 }
 
+int chunk_for_l1(int bytes_per_item, const TargetInfo& info) {
+  int n = 8;
+  while (n < 256 && 2 * n * bytes_per_item <= info.l1_bytes) n *= 2;
+  return n;
+}
+
 int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info) {
   int rows = 1;
   while (rows * 2 <= limit && rows * 2 * vectors_per_row <= info.accumulators) rows *= 2;

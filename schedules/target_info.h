@@ -15,6 +15,9 @@ struct TargetInfo {
   // Vector registers a register-blocked loop may use for accumulators, leaving room for the
   // operands it loads and broadcasts each step.
   int accumulators = 12;
+  // L1 data cache the schedules size their key and feature chunks for: 32 KiB, the common size
+  // (Skylake-X, Zen, Cortex-A55/A76 have 32-64 KiB; a kernel built for an ISA runs on all).
+  int l1_bytes = 32 * 1024;
 };
 
 TargetInfo target_info(const Halide::Target& target);
@@ -25,6 +28,10 @@ const char* isa_name(Isa isa);
 // compile-time dimension such as a head dim of 40 or 80 is covered without a tail. Falls back to
 // the native width when nothing divides (the schedule then needs a tail strategy).
 int lanes_dividing(int extent, const TargetInfo& info);
+
+// Largest power of two n <= 256 (at least 8) with n * bytes_per_item <= info.l1_bytes: how many
+// keys (features) a pass over a chunk takes while the chunk's operands stay in L1.
+int chunk_for_l1(int bytes_per_item, const TargetInfo& info);
 
 // Largest power of two r <= limit with r * vectors_per_row <= accumulators (at least 1).
 int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info);
