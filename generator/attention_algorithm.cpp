@@ -231,31 +231,36 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     return f;
   }
 
-  // Whole rows, taken in chunks of spec.key_chunk keys. The row statistics and the product are
-  // indexed by query tile (qt) and row in it (qi), so the chunks they visit can be restricted by
-  // a predicate on the tile alone: with a causal mask, chunks past the diagonal of the tile's
-  // last row are never visited, and the scores and probs a tile computes cover only the chunks
-  // visited. Keys of a visited chunk that some row does not attend (or past kv_len, or past Skv
-  // in the last chunk) are masked elementwise: exactly 0. (Patterns skip key blocks in the
-  // key-block form instead.)
-  // Only with top-left alignment (query i at key position i; the runtime passes bottom-right as
-  // top-left wherever the two agree): the predicate then reads no buffer (kv_len is left to the
-  // mask), so lowering can lift it out of the inner loops (schedules specialise on this case),
-  // and the kv_len-dependent offset of bottom-right alignment made bounds inference widen the
-  // rows of a tile. The reads go through the chunk index clamped to the visited range (a no-op
-  // where the predicate holds): bounds inference ignores the predicate when it sizes scores and
-  // probs, but not the clamp.
+  // Whole rows. The row statistics and the product are indexed by query tile (qt) and row in it
+  // (qi), so the keys they visit can depend on the tile. With a causal mask the keys are taken
+  // in chunks of spec.key_chunk, and the chunks past the diagonal of the tile's last row are
+  // never visited; the scores and probs a tile computes cover only the chunks visited. Keys of a
+  // visited chunk that some row does not attend (or past kv_len, or past Skv in the last chunk)
+  // are masked elementwise: exactly 0. (Patterns skip key blocks in the key-block form.)
+  // The skipping applies to top-left alignment (query i at key position i; the runtime passes
+  // bottom-right as top-left wherever the two agree): its predicate reads no buffer, so lowering
+  // can lift it out of the inner loops (schedules specialise on this case), where with the
+  // kv_len-dependent offset of bottom-right alignment it stayed in them, and bounds inference
+  // widened the rows of a tile. The reads go through the chunk index clamped to the visited range
+  // (a no-op where the predicate holds): bounds inference ignores the predicate when it sizes
+  // scores and probs, but not the clamp.
+  // Without a causal mask the keys are one loop, which schedules split into chunks themselves,
+  // the last one cut at Skv (whole chunks would pad S197 to 256 keys).
   const Var &qi = f.qi, &qt = f.qt;
   const int tile = spec.query_tile, chunk = spec.key_chunk;
-  f.rj = RDom(0, chunk, 0, (in.seq_kv + chunk - 1) / chunk, "rj");
   Expr first_row = qt * tile;
-  Expr c = rj.y;
+  Expr key;
   if (spec.mask == MaskKind::kCausal) {
+    f.rj = RDom(0, chunk, 0, (in.seq_kv + chunk - 1) / chunk, "rj");
     Expr last_chunk = (first_row + (tile - 1)) / chunk;
     f.rj.where(in.bottom_right || rj.y <= last_chunk);
-    c = select(in.bottom_right, c, min(c, last_chunk));
+    key = select(in.bottom_right, rj.y, min(rj.y, last_chunk)) * chunk + rj.x;
+    f.rj_loops = {rj.x, rj.y};
+  } else {
+    f.rj = RDom(0, in.seq_kv, "rj");
+    key = rj;
+    f.rj_loops = {rj};
   }
-  Expr key = c * chunk + rj.x;
   Expr row = first_row + qi;
 
   f.row_max = Func("row_max");

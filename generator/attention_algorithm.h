@@ -45,8 +45,7 @@ struct AttentionSpec {
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
   // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
   int key_block = 0;
-  // Row form: keys per chunk (rj.x), the unit of key skipping and of the schedules' passes over
-  // the keys.
+  // Row form with a causal mask: keys per chunk (rj.x), the unit of key skipping.
   int key_chunk = 64;
   // Query rows per tile, the unit of key skipping (whole key blocks, or in the row form the keys
   // no row of the tile attends). Schedules compute the row statistics (row form) or the state
@@ -67,7 +66,8 @@ struct AttentionFuncs {
   Halide::Var d{"d"}, j{"j"}, i{"i"}, h{"h"}, b{"b"}, kb{"kb"};
   Halide::Var qi{"qi"}, qt{"qt"};  // query row i = qt * query_tile + qi
   Halide::RDom rd;
-  Halide::RDom rj;      // row form: key rj.y * key_chunk + rj.x
+  Halide::RDom rj;  // row form: the keys; causal: key rj.y * key_chunk + rj.x, in chunks
+  std::vector<Halide::RVar> rj_loops;  // rj's loops, innermost first
   Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them

@@ -119,10 +119,17 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   // within a chunk).
   Func acc = per_tile_rows(f.acc);
   acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
-  acc.update()
-      .split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
+  Stage pv = acc.update();
+  RVar rjo("rjo"), rji("rji");
+  if (f.rj_loops.size() == 1) {  // one loop over the keys: chunks made here, the last one cut
+    pv.split(f.rj_loops[0], rjo, rji, t.pv_chunk, TailStrategy::GuardWithIf);
+  } else {  // the algorithm's chunks (causal)
+    rji = f.rj_loops[0];
+    rjo = f.rj_loops[1];
+  }
+  pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, f.rj.x, ro, f.rj.y)
+      .reorder(vi, vo, ri, rji, ro, rjo)
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
@@ -137,7 +144,8 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 
   for (Func g : {f.scores, f.probs}) per_query_tile(g);
   for (Func g : {f.row_max, f.row_sum}) per_tile_rows(g);
-  schedule_score_tile(f, {f.row_max, f.row_sum}, f.qi, {f.rj.x, f.rj.y}, lanes, t.key_tile);
+  schedule_score_tile(f, {f.row_max, f.row_sum}, f.qi, {f.rj_loops.begin(), f.rj_loops.end()},
+                      lanes, t.key_tile);
 
   // Causal kernels restrict the key chunks of a tile by position; with top-left alignment that
   // predicate reads no buffer and leaves the inner loops (the accumulators then stay in

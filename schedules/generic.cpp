@@ -20,9 +20,9 @@ void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info) {
   for (Func g : {f.scores, f.probs}) g.compute_at(out, task).vectorize(f.j, lanes);
   for (Func g : {f.row_max, f.row_sum}) g.compute_at(out, task);
   f.acc.compute_at(out, task).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
-  f.acc.update()
-      .reorder(f.d, f.qi, f.rj.x, f.rj.y)
-      .vectorize(f.d, lanes, TailStrategy::GuardWithIf);
+  std::vector<VarOrRVar> order{f.d, f.qi};
+  order.insert(order.end(), f.rj_loops.begin(), f.rj_loops.end());
+  f.acc.update().reorder(order).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
 }
 
 void schedule_linear_generic(LinearFuncs f, const TargetInfo& info) {

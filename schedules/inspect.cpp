@@ -86,9 +86,9 @@ void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
     out.fuse(h, b, hb).parallel(hb).parallel(i).vectorize(d, info.f32_lanes,
                                                           TailStrategy::GuardWithIf);
     f.acc.compute_at(out, i).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
-    f.acc.update()
-        .reorder(d, f.rj.x, f.rj.y)
-        .vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
+    std::vector<VarOrRVar> order{d};
+    order.insert(order.end(), f.rj_loops.begin(), f.rj_loops.end());
+    f.acc.update().reorder(order).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
   }
 }
 
