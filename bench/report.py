@@ -1,4 +1,4 @@
-"""Ratio table and bar plot from one run of bench/run_peers.sh.
+"""Ratio table and bar plot from bench/run_peers.sh.
 
     python3 bench/report.py --bench out/attngen.json --peers out/peers.jsonl --out-dir out \
         bench/shapes/*.txt
@@ -7,10 +7,16 @@ Reads Google Benchmark's JSON (attngen/..., openblas_composed/..., attngen_mha/.
 openblas_sgemm/2048) and the peers' JSON lines, prints a Markdown table (also written to
 <out-dir>/table.md) and writes <out-dir>/gflops.png. "x" columns are peer time / attngen time:
 above 1 attngen is faster, below 1 it loses (marked "**lose**").
+
+Several rounds (--bench and --peers once per round, in the same order): each cell's times are
+the medians over the rounds and its ratio the median of the rounds' ratios, each taken within
+one round (the machine's speed drifts from minute to minute; a round measures attngen and its
+peers within about a minute of each other), with their range.
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
@@ -67,7 +73,37 @@ def rows(shapes):
     return out
 
 
-def markdown(shapes, results, ceiling, context):
+def combine(rounds):
+    """One results dict from several rounds' (results, ceiling): median ms and GFLOP/s per
+    entry, and per peer entry "ratios", its ms over attngen's of the same round."""
+    combined, ceilings = {}, [c for _, c in rounds if c and "gflops" in c]
+    keys = {k for results, _ in rounds for k in results}
+    for key in keys:
+        got = [results[key] for results, _ in rounds if key in results]
+        ok = [r for r in got if "error" not in r]
+        if not ok:
+            combined[key] = got[0]
+            continue
+        entry = dict(ok[0])
+        entry["ms"] = statistics.median(r["ms"] for r in ok)
+        if all("gflops" in r for r in ok):
+            entry["gflops"] = statistics.median(r["gflops"] for r in ok)
+        if key[0] != "attngen":
+            ratios = []
+            for results, _ in rounds:
+                ours, peer = results.get(("attngen", key[1])), results.get(key)
+                if ours and peer and "error" not in ours and "error" not in peer:
+                    ratios.append(peer["ms"] / ours["ms"])
+            entry["ratios"] = ratios
+        combined[key] = entry
+    ceiling = None
+    if ceilings:
+        ceiling = {"ms": statistics.median(c["ms"] for c in ceilings),
+                   "gflops": statistics.median(c["gflops"] for c in ceilings)}
+    return combined, ceiling
+
+
+def markdown(shapes, results, ceiling, context, n_rounds=1):
     head = ["shape", "sizes", "attngen kernel", "attngen ms", "GFLOP/s", "% of sgemm"]
     for _, title in PEERS:
         head += [f"{title} ms", "x"]
@@ -90,9 +126,11 @@ def markdown(shapes, results, ceiling, context):
             elif "error" in ours:
                 cells += [f"{peer['ms']:.3f}", "–"]
             else:
-                ratio = peer["ms"] / ours["ms"]
+                ratios = peer.get("ratios") or [peer["ms"] / ours["ms"]]
+                ratio = statistics.median(ratios)
                 wins, losses = wins + (ratio >= 1), losses + (ratio < 1)
-                cells += [f"{peer['ms']:.3f}", f"{ratio:.2f}" + (" **lose**" if ratio < 1 else "")]
+                spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
+                cells += [f"{peer['ms']:.3f}", f"{ratio:.2f}{spread}" + (" **lose**" if ratio < 1 else "")]
         lines.append("| " + " | ".join(cells) + " |")
     notes = []
     if ceiling and "gflops" in ceiling:
@@ -100,6 +138,9 @@ def markdown(shapes, results, ceiling, context):
     notes.append(f"Threads: {context.get('threads', '?')}; attngen ISA: {context.get('attngen_isa', '?')}. "
                  "x = peer ms / attngen ms (above 1: attngen faster). "
                  "FLOPs: 4·B·H·S²·D, halved for causal; MHA layer adds the projections 8·B·S·E².")
+    if n_rounds > 1:
+        notes.append(f"{n_rounds} rounds: times are medians over the rounds; x is the median of "
+                     "the rounds' ratios (each within one round), with their range.")
     notes.append(f"attngen faster in {wins} of {wins + losses} comparisons.")
     for (column, name), r in sorted(results.items()):
         if "error" in r:
@@ -133,15 +174,23 @@ def plot(shapes, results, ceiling, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bench", required=True, help="Google Benchmark JSON of attngen_bench")
-    parser.add_argument("--peers", required=True, help="JSON lines of bench/peers/*.py")
+    parser.add_argument("--bench", required=True, action="append",
+                        help="Google Benchmark JSON of attngen_bench (once per round)")
+    parser.add_argument("--peers", required=True, action="append",
+                        help="JSON lines of bench/peers/*.py (once per round, same order)")
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("shape_files", nargs="+")
     args = parser.parse_args()
+    if len(args.bench) != len(args.peers):
+        parser.error("give --bench and --peers once per round each")
     shapes = common.read_shapes(args.shape_files)
-    context, results, ceiling = read_bench(args.bench)
-    read_peers(args.peers, results)
-    table = markdown(shapes, results, ceiling, context)
+    rounds, context = [], {}
+    for bench, peers in zip(args.bench, args.peers):
+        context, results, ceiling = read_bench(bench)
+        read_peers(peers, results)
+        rounds.append((results, ceiling))
+    results, ceiling = combine(rounds)
+    table = markdown(shapes, results, ceiling, context, len(rounds))
     print(table)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:

@@ -3,16 +3,20 @@
 #   attngen_attention() (automatic kernel choice) and attngen_mha(), the composed OpenBLAS
 #   attention (sgemm, softmax, sgemm) and OpenBLAS sgemm 2048³ (the ceiling), all from
 #   attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention.
-# Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen.json,
-# peers.jsonl, table.md, gflops.png}.
+# Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen_<round>.json,
+# peers_<round>.jsonl, table.md, gflops.png}.
 #
-#   bash bench/run_peers.sh [--threads N] [--build DIR] [--min-time SECONDS] [shape files...]
+#   bash bench/run_peers.sh [--threads N] [--build DIR] [--min-time SECONDS] [--rounds N]
+#                           [shape files...]
 #
 #   --threads N    threads for attngen, OpenBLAS and every peer (default: one per core)
 #   --build DIR    use DIR/bench/attngen_bench as built there (default: configure and build
 #                  build/release with the release preset)
 #   --min-time S   seconds of timing per benchmark (default 0.5); attngen_bench repeats each
 #                  3 times and the peers at least 3 calls: every number is a median
+#   --rounds N     times to run attngen and then the peers (default 3): the machine's speed
+#                  drifts from minute to minute, so each ratio is taken within a round and the
+#                  table shows the median over the rounds, with the range (bench/report.py)
 #   shape files    default: bench/shapes/*.txt
 #
 # The Python peers (torch, onnxruntime, onnx, matplotlib, numpy) are installed with pip when
@@ -21,13 +25,15 @@ set -euo pipefail
 threads=$(nproc)
 build=""
 min_time=0.5
+rounds=3
 shapes=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads="$2"; shift 2 ;;
     --build) build="$(realpath "$2")"; shift 2 ;;
     --min-time) min_time="$2"; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "run_peers.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) shapes+=("$(realpath "$1")"); shift ;;
   esac
@@ -72,24 +78,27 @@ if [ ! -x "$bench" ]; then
   exit 1
 fi
 
-echo "== attngen and OpenBLAS"
 shape_list=$(IFS=,; echo "${shapes[*]}")
-"$bench" --shapes="$shape_list" --threads="$threads" \
-  --benchmark_filter='^(attngen/|attngen_mha/|openblas_composed/|openblas_sgemm/)' \
-  --benchmark_min_time="$min_time" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_counters_tabular=true \
-  --benchmark_out="$out/attngen.json" --benchmark_out_format=json
+report_args=()
+for round in $(seq 1 "$rounds"); do
+  echo "== round $round of $rounds: attngen and OpenBLAS"
+  "$bench" --shapes="$shape_list" --threads="$threads" \
+    --benchmark_filter='^(attngen/|attngen_mha/|openblas_composed/|openblas_sgemm/)' \
+    --benchmark_min_time="$min_time" --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true \
+    --benchmark_out="$out/attngen_$round.json" --benchmark_out_format=json
 
-echo "== peers"
-: > "$out/peers.jsonl"
-for peer in torch_sdpa ort_mha; do
-  "$python" "bench/peers/$peer.py" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
-    | tee -a "$out/peers.jsonl" || echo "run_peers.sh: $peer failed (rows missing)" >&2
+  echo "== round $round of $rounds: peers"
+  : > "$out/peers_$round.jsonl"
+  for peer in torch_sdpa ort_mha; do
+    "$python" "bench/peers/$peer.py" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
+      | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: $peer failed (rows missing)" >&2
+  done
+  "$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" \
+    | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: torch_mha failed (row missing)" >&2
+  report_args+=(--bench "$out/attngen_$round.json" --peers "$out/peers_$round.jsonl")
 done
-"$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" \
-  | tee -a "$out/peers.jsonl" || echo "run_peers.sh: torch_mha failed (row missing)" >&2
 
 echo "== table (bench/out/table.md, bench/out/gflops.png)"
-"$python" bench/report.py --bench "$out/attngen.json" --peers "$out/peers.jsonl" --out-dir "$out" \
-  "${shapes[@]}"
+"$python" bench/report.py "${report_args[@]}" --out-dir "$out" "${shapes[@]}"
 echo "== took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
