@@ -11,7 +11,8 @@
 //
 // One harness serves every candidate (no per-candidate compile), and running several kernels in
 // one process gives paired measurements (bench/README.md, "Autotuning"). It needs only
-// HalideRuntime.h and libdl, so it cross-compiles (e.g. aarch64-linux-gnu-g++, run under qemu).
+// HalideRuntime.h, the runtime's header-only block cache and libdl, so it cross-compiles (e.g.
+// aarch64-linux-gnu-g++, run under qemu).
 // Threads: the Halide runtime's HL_NUM_THREADS (default: one per core).
 #include <dlfcn.h>
 
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/src/block_cache.h"
 #include "HalideRuntime.h"
 
 namespace {
@@ -39,47 +41,17 @@ std::string g_last_error;  // from the kernels' Halide runtimes, instead of thei
 
 void record_error(void*, const char* message) { g_last_error = message; }
 
-// The kernels' halide_malloc/halide_free (--allocator cached, the default): each thread keeps
-// the blocks it frees and hands them out again for the same power-of-two size class, last freed
-// first, as the attngen runtime does (runtime/src/allocator.cpp). Schedules that allocate per
-// parallel task (the key-block state, whose size is not constant) otherwise time glibc: its
+// The kernels' halide_malloc/halide_free (--allocator cached, the default): the attngen
+// runtime's own per-thread block cache (runtime/src/block_cache.h: power-of-two size classes,
+// last freed first). Schedules that allocate per parallel task otherwise time glibc: its
 // per-thread arenas shrink and grow again around every task, and how much that costs depends
 // on the process's heap history. Measured (2-core Ice Lake VM, B1 H12 S1024 D64 causal,
 // default schedule): 45-63 ms with glibc's defaults, 21-25 ms with one arena, and a candidate
 // with smaller per-task blocks (query_tile 32) won 0.83-0.91x by allocating less, not by
-// computing faster (0.98-0.99x with one arena). The cache keeps that out of the search; the
-// allocator cost itself is the schedule's to fix (bench/README.md).
-constexpr size_t kAlignment = 128;  // at least halide_malloc_alignment() of every target
-thread_local std::vector<std::pair<size_t, void*>> t_free_blocks;
-
-void* cached_malloc(void*, size_t size) {
-  size_t size_class = 4096;
-  while (size_class < size) size_class <<= 1;
-  size = size_class;
-  for (size_t i = t_free_blocks.size(); i-- > 0;) {
-    if (t_free_blocks[i].first == size) {
-      void* p = t_free_blocks[i].second;
-      t_free_blocks.erase(t_free_blocks.begin() + static_cast<std::ptrdiff_t>(i));
-      return p;
-    }
-  }
-  // A header before the block holds its size; Halide may read 8 bytes past either end.
-  const size_t bytes = kAlignment + (size + 8 + kAlignment - 1) / kAlignment * kAlignment;
-  char* base = static_cast<char*>(std::aligned_alloc(kAlignment, bytes));
-  if (base == nullptr) return nullptr;
-  *reinterpret_cast<size_t*>(base) = size;
-  return base + kAlignment;
-}
-
-void cached_free(void*, void* p) {
-  if (p == nullptr) return;
-  char* base = static_cast<char*>(p) - kAlignment;
-  if (t_free_blocks.size() < 256) {
-    t_free_blocks.emplace_back(*reinterpret_cast<size_t*>(base), p);
-  } else {
-    std::free(base);
-  }
-}
+// computing faster (0.98-0.99x with one arena). The cache keeps that out of the search, as it
+// does for users of the runtime (bench/README.md).
+using attngen::block_cache::allocate;
+using attngen::block_cache::release;
 
 [[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "autotune_harness: %s\n", message.c_str());
@@ -300,8 +272,8 @@ Kernel load(const std::string& spec, bool cached_allocator) {
     auto set_free =
         reinterpret_cast<halide_free_t (*)(halide_free_t)>(dlsym(handle, "halide_set_custom_free"));
     if (set_malloc == nullptr || set_free == nullptr) fail(k.lib + ": no halide_set_custom_malloc");
-    set_malloc(&cached_malloc);
-    set_free(&cached_free);
+    set_malloc(&allocate);
+    set_free(&release);
   }
   return k;
 }
