@@ -16,7 +16,8 @@
 // ratios, as the machine's speed itself drifts by +-25% from minute to minute):
 // - dense D64, B1 H16 S2048: 187 ms (row form, K/V read in place: a 4 KiB stride put a head's
 //   keys in 1/16 of the L2's sets) -> 97 ms with K/V packed per head -> 89 ms with p.v in key
-//   chunks; 0.90-1.1x OpenBLAS sgemm 2048^3 GFLOP/s in the same run (bench/RESULTS.md).
+//   chunks; 0.70-1.05x OpenBLAS sgemm 2048^3's GFLOP/s in the same run (median 0.93 over the
+//   three rounds of bench/RESULTS.md; the machine's speed drifts between the two measurements).
 //   Key-block form: 100-110 ms at S2048, ahead only from S8192 (909 vs 1020 ms, H8).
 // - causal D64, same shape: 0.54-0.58 of dense (0.516 of the pairs are visited at tile 64).
 // - tiles (autotune harness A/B): query_tile 64 x key_tile 5-6 x pv_rows 4-6, pv_chunk 64 within
