@@ -210,6 +210,21 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
   return c.status();
 }
 
+attngen_status run_linear(Check& c, const attngen_kernel_info* kernel, const attngen_tensor& x,
+                          const attngen_tensor& w, const attngen_tensor& bias, attngen_tensor& y) {
+  HalideView hx, hw, hb, hy;
+  make_view(hx, x);
+  make_view(hw, w);
+  make_view(hb, bias);
+  make_view(hy, y);
+  attngen_kernel_args args{};
+  args.x = &hx.buf;
+  args.w = &hw.buf;
+  args.bias = &hb.buf;
+  args.out = &hy.buf;
+  return run_kernel(c, kernel, args);
+}
+
 int thread_count() {
   const int set = g_num_threads.load();
   if (set > 0) return set;
@@ -412,17 +427,7 @@ attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
   if (kernel == nullptr) return finish(c, nullptr);
   std::vector<float> zeros(bias == nullptr ? static_cast<size_t>(n) : 0, 0.0f);
   const attngen_tensor zero_bias = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n);
-  HalideView hx, hw, hb, hy;
-  make_view(hx, *x);
-  make_view(hw, *w);
-  make_view(hb, bias != nullptr ? *bias : zero_bias);
-  make_view(hy, *y);
-  attngen_kernel_args args{};
-  args.x = &hx.buf;
-  args.w = &hw.buf;
-  args.bias = &hb.buf;
-  args.out = &hy.buf;
-  run_kernel(c, kernel, args);
+  run_linear(c, kernel, *x, *w, bias != nullptr ? *bias : zero_bias, *y);
   return finish(c, kernel);
 }
 

@@ -189,18 +189,9 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
   std::vector<float> attn(static_cast<size_t>(batch * t * embed));
   const int64_t qkv_shape[3] = {batch, t, n_in};
   const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv.data(), ATTNGEN_F32, 3, qkv_shape);
-  {
-    HalideView hx, hw, hb, hy;
-    make_view(hx, *x);
-    make_view(hw, iw);
-    make_view(hb, in_b != nullptr ? *in_b : zero_in);
-    make_view(hy, t_qkv);
-    attngen_kernel_args args{};
-    args.x = &hx.buf;
-    args.w = &hw.buf;
-    args.bias = &hb.buf;
-    args.out = &hy.buf;
-    if (run_kernel(c, linear, args) != ATTNGEN_OK) return finish(c, nullptr);
+  attngen_tensor qkv_out = t_qkv;
+  if (run_linear(c, linear, *x, iw, in_b != nullptr ? *in_b : zero_in, qkv_out) != ATTNGEN_OK) {
+    return finish(c, nullptr);
   }
   const auto head_view = [&](int part) {
     const int64_t shape[4] = {batch, t, heads, dh};
@@ -214,20 +205,9 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
   const attngen_tensor t_attn = attngen_tensor_contiguous(attn.data(), ATTNGEN_F32, 4, attn_shape);
   run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, options->kv_splits);
   if (!c.ok()) return finish(c, nullptr);
-  {
-    const int64_t rows_shape[3] = {batch, t, embed};
-    HalideView hx, hw, hb, hy;
-    make_view(hx, attngen_tensor_contiguous(attn.data(), ATTNGEN_F32, 3, rows_shape));
-    make_view(hw, ow);
-    make_view(hb, out_b != nullptr ? *out_b : zero_out);
-    make_view(hy, *y);
-    attngen_kernel_args args{};
-    args.x = &hx.buf;
-    args.w = &hw.buf;
-    args.bias = &hb.buf;
-    args.out = &hy.buf;
-    run_kernel(c, linear, args);
-  }
+  const int64_t rows_shape[3] = {batch, t, embed};
+  run_linear(c, linear, attngen_tensor_contiguous(attn.data(), ATTNGEN_F32, 3, rows_shape), ow,
+             out_b != nullptr ? *out_b : zero_out, *y);
   return finish(c, decode);
 }
 

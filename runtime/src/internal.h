@@ -80,6 +80,10 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
 attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
                           const attngen_kernel_args& args);
 
+// Runs a linear kernel: y = x w^T + bias (tensors already checked).
+attngen_status run_linear(Check& c, const attngen_kernel_info* kernel, const attngen_tensor& x,
+                          const attngen_tensor& w, const attngen_tensor& bias, attngen_tensor& y);
+
 // Publishes a call's outcome to attngen_last_error() / attngen_last_kernel().
 attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 
