@@ -21,6 +21,11 @@
 #   KEY_BLOCK    keys per block of the online-softmax form (attention; 0 or absent: the ISA's
 #                default, whole score rows on CPUs and shared-memory-sized blocks on CUDA), or
 #                of a decode kernel's splits (decode; 0 or absent: the ISA's default)
+#   QUERY_TILE   query rows per parallel task (attention on CPUs; 0 or absent: the schedule's
+#                default or the tuning file's). A kernel with a smaller tile than the default
+#                pads a short ragged query sequence less (ViT's 197 tokens: 224 rows at 32, 256 at
+#                64); the runtime prefers it where it pads noticeably fewer rows
+#                (runtime/src/registry.cpp)
 #   ISA          host | avx512 | avx2 | sse41 | neon | cuda      (default host)
 #   TUNABLES     generator params of the schedule, e.g. query_tile=32; without them the
 #                kernel takes the entry for its shape class in the tuning file of its target,
@@ -126,8 +131,8 @@ endfunction()
 
 function(attngen_add_kernel NAME)
   set(options SOFTCAP WEIGHTS LSE)
-  set(one OP HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR KEY_BLOCK ISA NAME_VAR PATTERN WINDOW_LEFT
-          WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS)
+  set(one OP HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR KEY_BLOCK QUERY_TILE ISA NAME_VAR PATTERN
+          WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS)
   set(multi TUNABLES)
   cmake_parse_arguments(A "${options}" "${one}" "${multi}" ${ARGN})
   if (A_UNPARSED_ARGUMENTS)
@@ -172,6 +177,11 @@ function(attngen_add_kernel NAME)
   if (NOT A_KEY_BLOCK)
     set(A_KEY_BLOCK 0)
   endif ()
+  if (NOT A_QUERY_TILE)
+    set(A_QUERY_TILE 0)
+  elseif (NOT A_OP STREQUAL "attention")
+    message(FATAL_ERROR "attngen_add_kernel(${NAME}): QUERY_TILE is for OP attention")
+  endif ()
   if (NOT A_PATTERN)
     set(A_PATTERN none)
   endif ()
@@ -215,8 +225,8 @@ function(attngen_add_kernel NAME)
   endif ()
 
   # Name scheme (docs/variants.md):
-  #   <op>_f32_d<Dqk>[v<Dv>]_<mask>[_bmask|_amask][_cap][_<pattern>][_kb<key block>][_p][_lse]
-  #   __<arch>_<isa>
+  #   <op>_f32_d<Dqk>[v<Dv>]_<mask>[_bmask|_amask][_cap][_<pattern>][_kb<key block>]
+  #   [_qt<query tile>][_p][_lse]__<arch>_<isa>
   if (NAME STREQUAL "AUTO")
     set(op_short attn)
     if (A_OP STREQUAL "linear")
@@ -256,6 +266,9 @@ function(attngen_add_kernel NAME)
     if (A_KEY_BLOCK GREATER 0)
       string(APPEND NAME "_kb${A_KEY_BLOCK}")
     endif ()
+    if (A_QUERY_TILE GREATER 0)
+      string(APPEND NAME "_qt${A_QUERY_TILE}")
+    endif ()
     if (weights)
       string(APPEND NAME "_p")
     endif ()
@@ -284,7 +297,7 @@ function(attngen_add_kernel NAME)
     endforeach ()
     attngen_tuning_class(class OP ${A_OP} HEAD_DIM ${A_HEAD_DIM} HEAD_DIM_V ${A_HEAD_DIM_V}
                          MASK ${A_MASK} MASK_TENSOR ${A_MASK_TENSOR} KEY_BLOCK ${A_KEY_BLOCK}
-                         PATTERN ${A_PATTERN} WINDOW_LEFT ${A_WINDOW_LEFT}
+                         QUERY_TILE ${A_QUERY_TILE} PATTERN ${A_PATTERN} WINDOW_LEFT ${A_WINDOW_LEFT}
                          WINDOW_RIGHT ${A_WINDOW_RIGHT} STRIDE ${A_STRIDE} BLOCK ${A_BLOCK}
                          LOCAL ${A_LOCAL} GLOBAL_TOKENS ${A_GLOBAL_TOKENS} ${flags})
     set(tuning_file "${ATTNGEN_TUNING_DIR}/${arch}_${isa}.json")
@@ -299,26 +312,35 @@ function(attngen_add_kernel NAME)
   endif ()
   string(REPLACE ";" " " KERNEL_TUNABLES "${tunables}")
   set(KERNEL_TUNING "${tuning}")
-  # key_block is a generator param of the variant already; a tuned one replaces the default
-  # form's 0 (the descriptor keeps saying 0: the kernel still serves the default form's calls).
+  # key_block and query_tile are generator params of the variant where it names them; a tuned
+  # key_block replaces the default form's 0 (the descriptor keeps saying 0: the kernel still
+  # serves the default form's calls), a tuned query_tile is the kernel's tile (the descriptor
+  # says so: dispatch compares tiles).
   set(key_block ${A_KEY_BLOCK})
+  set(query_tile ${A_QUERY_TILE})
   foreach (p IN LISTS tunables)
-    if (p MATCHES "^key_block=(.*)$")
-      if (A_KEY_BLOCK GREATER 0 AND NOT CMAKE_MATCH_1 EQUAL A_KEY_BLOCK)
-        message(FATAL_ERROR "attngen_add_kernel(${NAME}): TUNABLES ${p} contradicts KEY_BLOCK "
-                            "${A_KEY_BLOCK}")
+    foreach (param key_block query_tile)
+      string(TOUPPER ${param} arg)
+      if (param STREQUAL "query_tile" AND NOT A_OP STREQUAL "attention")
+        continue()  # another op's own generator param
       endif ()
-      set(key_block ${CMAKE_MATCH_1})
-      list(REMOVE_ITEM tunables "${p}")
-    endif ()
+      if (p MATCHES "^${param}=(.*)$")
+        if (A_${arg} GREATER 0 AND NOT CMAKE_MATCH_1 EQUAL A_${arg})
+          message(FATAL_ERROR "attngen_add_kernel(${NAME}): TUNABLES ${p} contradicts ${arg} "
+                              "${A_${arg}}")
+        endif ()
+        set(${param} ${CMAKE_MATCH_1})
+        list(REMOVE_ITEM tunables "${p}")
+      endif ()
+    endforeach ()
   endforeach ()
 
   if (A_OP STREQUAL "attention")
     set(params head_dim_qk=${A_HEAD_DIM} head_dim_v=${A_HEAD_DIM_V} mask=${A_MASK}
                mask_tensor=${A_MASK_TENSOR} softcap=$<IF:${softcap},true,false>
-               key_block=${key_block} pattern=${A_PATTERN} window_left=${A_WINDOW_LEFT}
-               window_right=${A_WINDOW_RIGHT} stride=${A_STRIDE} block=${A_BLOCK}
-               local=${A_LOCAL} global_tokens=${A_GLOBAL_TOKENS}
+               key_block=${key_block} query_tile=${query_tile} pattern=${A_PATTERN}
+               window_left=${A_WINDOW_LEFT} window_right=${A_WINDOW_RIGHT} stride=${A_STRIDE}
+               block=${A_BLOCK} local=${A_LOCAL} global_tokens=${A_GLOBAL_TOKENS}
                weights=$<IF:${weights},true,false> lse=$<IF:${lse},true,false>)
   elseif (A_OP STREQUAL "mha")
     set(params head_dim=${A_HEAD_DIM} mask=${A_MASK})
@@ -361,6 +383,10 @@ function(attngen_add_kernel NAME)
   set(KERNEL_WEIGHTS ${weights})
   set(KERNEL_LSE ${lse})
   set(KERNEL_KEY_BLOCK ${A_KEY_BLOCK})
+  set(KERNEL_QUERY_TILE 0)
+  if (A_OP STREQUAL "attention")
+    set(KERNEL_QUERY_TILE ${query_tile})
+  endif ()
   # Extra arguments of the generated function (attngen::glue::Feature).
   set(features 0)
   if (NOT A_MASK_TENSOR STREQUAL "none")

@@ -15,15 +15,16 @@
 include_guard(GLOBAL)
 
 # Generator params each op takes from a tuning file (generator/*_generator.cpp). key_block is
-# the algorithm's form; it is tunable only for kernels that do not ask for one (no KEY_BLOCK).
+# the algorithm's form; it is tunable only for kernels that do not ask for one (no KEY_BLOCK),
+# and query_tile only for kernels without a QUERY_TILE.
 set(ATTNGEN_TUNABLES_attention query_tile key_tile pv_rows parallel_grain threads_x stage_kv
                                pv_chunk key_block)
 set(ATTNGEN_TUNABLES_linear n_vectors rows row_block e_chunk threads_x threads_y)
 
 function(attngen_tuning_class OUT)
   set(options SOFTCAP WEIGHTS LSE)
-  set(one OP HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR KEY_BLOCK PATTERN WINDOW_LEFT WINDOW_RIGHT
-          STRIDE BLOCK LOCAL GLOBAL_TOKENS)
+  set(one OP HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR KEY_BLOCK QUERY_TILE PATTERN WINDOW_LEFT
+          WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS)
   cmake_parse_arguments(A "${options}" "${one}" "" ${ARGN})
   if (NOT A_OP)
     set(A_OP attention)
@@ -65,6 +66,9 @@ function(attngen_tuning_class OUT)
   endif ()
   if (A_KEY_BLOCK GREATER 0)
     string(APPEND c " kb${A_KEY_BLOCK}")
+  endif ()
+  if (A_QUERY_TILE GREATER 0)
+    string(APPEND c " qt${A_QUERY_TILE}")
   endif ()
   if (A_WEIGHTS)
     string(APPEND c " weights")
@@ -148,6 +152,10 @@ function(_attngen_tuning_load FILE TARGET OUT_KEY)
           endif ()
           if (name STREQUAL "key_block" AND class MATCHES " kb[0-9]+")
             message(FATAL_ERROR "${what}: key_block is part of this class (its KEY_BLOCK), "
+                                "not a tunable")
+          endif ()
+          if (name STREQUAL "query_tile" AND class MATCHES " qt[0-9]+")
+            message(FATAL_ERROR "${what}: query_tile is part of this class (its QUERY_TILE), "
                                 "not a tunable")
           endif ()
           list(APPEND params "${name}=${value}")

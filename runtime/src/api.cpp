@@ -358,6 +358,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   query.pattern = opt.pattern;
   query.weights = opt.weights != nullptr;
   query.lse = opt.lse != nullptr;
+  query.seq_q = seq_q;
   query.seq_kv = seq_kv;
   query.mask_tensor = opt.mask_tensor == nullptr               ? ATTNGEN_MASK_TENSOR_NONE
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL

@@ -72,6 +72,7 @@ struct KernelQuery {
   bool softcap = false;
   attngen_pattern pattern{};
   bool weights = false, lse = false;
+  int64_t seq_q = 0;   // for the choice of query tile
   int64_t seq_kv = 0;  // for the choice between the row and key-block forms
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
