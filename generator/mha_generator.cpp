@@ -36,8 +36,10 @@ class Mha : public Generator<Mha> {
     Expr heads = embed / dh;
 
     attngen::LinearShape in_shape{embed, 3 * embed, seq};
+    attngen::LinearTunables requested_linear;
+    requested_linear.transpose_x = 1;  // measured: see schedule_linear_simd
     const attngen::LinearTunables linear_tunables =
-        attngen::plan_linear(in_shape, {}, get_target(), get_auto_schedule());
+        attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
     attngen::LinearFuncs in_proj = attngen::define_linear(x, in_w, in_b, in_shape, "in_proj");
     Func qkv = in_proj.out;
 

@@ -115,6 +115,7 @@ LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.e_chunk <= 0) t.e_chunk = chunk_for_l1(4 * (t.n_vectors * info.f32_lanes + t.rows), info);
   if (t.threads_x <= 0) t.threads_x = 32;  // a warp
   if (t.threads_y <= 0) t.threads_y = 8;
+  if (t.transpose_x < 0) t.transpose_x = 0;
   return t;
 }
 

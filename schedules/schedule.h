@@ -32,6 +32,9 @@ struct LinearTunables {
   int e_chunk = 0;    // input features per pass over a row block's tile (CPU cache blocking)
   int threads_x = 0;  // threads per block along the output features (GPU; default 32)
   int threads_y = 0;  // threads per block along the rows (GPU; default 8)
+  // The row block's inputs staged as rows (0, the default) or transposed (1: per input feature
+  // the block's rows side by side, at a compile-time stride) (CPU). See schedule_linear_simd.
+  int transpose_x = -1;
 };
 
 // The algorithm form a target's schedule uses (AttentionSpec::key_block). `requested` 0 means the
