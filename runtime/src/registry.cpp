@@ -109,10 +109,10 @@ int isa_rank(const char* isa) {
 // the default of the CPU schedules for its ISA; 0 where unknown (CUDA, the generic schedule).
 int query_tile_of(const attngen_kernel_info& k) {
   if (k.query_tile > 0) return k.query_tile;
-  const int lanes = !std::strcmp(k.isa, "avx512") ? 16
-                    : !std::strcmp(k.isa, "avx2") ? 8
+  const int lanes = !std::strcmp(k.isa, "avx512")                                 ? 16
+                    : !std::strcmp(k.isa, "avx2")                                 ? 8
                     : !std::strcmp(k.isa, "sse41") || !std::strcmp(k.isa, "neon") ? 4
-                                                                                    : 0;
+                                                                                  : 0;
   return kCpuQueryTileVectors * lanes;
 }
 
