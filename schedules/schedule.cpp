@@ -53,7 +53,7 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
     return t;
   }
   const int lanes = info.f32_lanes;
-  if (t.stage_kv < 0) t.stage_kv = 2;               // measured: see cpu_simd.cpp
+  if (t.stage_kv < 0) t.stage_kv = 2;  // measured: see cpu_simd.cpp
   if (t.query_tile <= 0) t.query_tile = kCpuQueryTileVectors * lanes;
   // Round to whole vectors: producers vectorise along the query rows.
   t.query_tile = (t.query_tile + lanes - 1) / lanes * lanes;
