@@ -297,8 +297,9 @@ function(attngen_add_kernel NAME)
     endforeach ()
     attngen_tuning_class(class OP ${A_OP} HEAD_DIM ${A_HEAD_DIM} HEAD_DIM_V ${A_HEAD_DIM_V}
                          MASK ${A_MASK} MASK_TENSOR ${A_MASK_TENSOR} KEY_BLOCK ${A_KEY_BLOCK}
-                         QUERY_TILE ${A_QUERY_TILE} PATTERN ${A_PATTERN} WINDOW_LEFT ${A_WINDOW_LEFT}
-                         WINDOW_RIGHT ${A_WINDOW_RIGHT} STRIDE ${A_STRIDE} BLOCK ${A_BLOCK}
+                         QUERY_TILE ${A_QUERY_TILE} PATTERN ${A_PATTERN}
+                         WINDOW_LEFT ${A_WINDOW_LEFT} WINDOW_RIGHT ${A_WINDOW_RIGHT}
+                         STRIDE ${A_STRIDE} BLOCK ${A_BLOCK}
                          LOCAL ${A_LOCAL} GLOBAL_TOKENS ${A_GLOBAL_TOKENS} ${flags})
     set(tuning_file "${ATTNGEN_TUNING_DIR}/${arch}_${isa}.json")
     attngen_tuning_lookup(FILE "${tuning_file}" TARGET "${arch}_${isa}" CLASS "${class}"
