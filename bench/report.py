@@ -148,6 +148,35 @@ def markdown(shapes, results, ceiling, context, n_rounds=1):
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
+def targets(rounds):
+    """Per round, the figures the "x86 speed" issue sets targets on (bench/shapes/reference.txt
+    and the MHA layer), each a ratio within the round; "" when the round lacks the shapes."""
+    head = ["round", "sgemm 2048³ GFLOP/s", "dense GFLOP/s", "dense / sgemm",
+            "dense vs PyTorch", "causal ms / dense ms", "MHA layer vs PyTorch"]
+    lines = []
+    for n, (results, ceiling) in enumerate(rounds, 1):
+        def ok(column, shape):
+            r = results.get((column, shape))
+            return r if r and "error" not in r else None
+
+        dense, causal = ok("attngen", "ref_dense"), ok("attngen", "ref_causal")
+        if dense is None:
+            continue
+        torch_dense, mha = ok("torch", "ref_dense"), ok("attngen", common.MHA_LAYER["name"])
+        torch_mha = ok("torch", common.MHA_LAYER["name"])
+        cells = [str(n), f"{ceiling['gflops']:.1f}" if ceiling else "–", f"{dense['gflops']:.1f}",
+                 f"{dense['gflops'] / ceiling['gflops']:.2f}" if ceiling else "–",
+                 f"{torch_dense['ms'] / dense['ms']:.2f}" if torch_dense else "–",
+                 f"{causal['ms'] / dense['ms']:.3f}" if causal else "–",
+                 f"{torch_mha['ms'] / mha['ms']:.2f}" if mha and torch_mha else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    return ("Per round (the issue's targets: dense / sgemm ≥ 0.75, dense vs PyTorch ≥ 1.5, "
+            "causal / dense ≤ 0.55, MHA layer vs PyTorch ≥ 1.3):\n\n"
+            + "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(lines) + "\n")
+
+
 def plot(shapes, results, ceiling, path):
     import matplotlib
 
@@ -189,8 +218,11 @@ def main():
         context, results, ceiling = read_bench(bench)
         read_peers(peers, results)
         rounds.append((results, ceiling))
+    per_round = targets(rounds)
     results, ceiling = combine(rounds)
     table = markdown(shapes, results, ceiling, context, len(rounds))
+    if per_round:
+        table += "\n" + per_round
     print(table)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:
