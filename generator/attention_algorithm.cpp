@@ -253,16 +253,33 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   const int tile = spec.query_tile, chunk = spec.key_chunk;
   Expr first_row = qt * tile;
   Expr key;
+  Expr key_pv;
   if (spec.mask == MaskKind::kCausal) {
-    f.rj = RDom(0, chunk, 0, (in.seq_kv + chunk - 1) / chunk, "rj");
-    Expr last_chunk = (first_row + (tile - 1)) / chunk;
+    const Expr chunks = (in.seq_kv + chunk - 1) / chunk;
+    const Expr last_chunk = (first_row + (tile - 1)) / chunk;
+    f.rj = RDom(0, chunk, 0, chunks, "rj");
     f.rj.where(in.bottom_right || rj.y <= last_chunk);
     key = select(in.bottom_right, rj.y, min(rj.y, last_chunk)) * chunk + rj.x;
     f.rj_loops = {rj.x, rj.y};
+    // The product also stops each group of spec.row_group rows at the group's last row (its
+    // probs past it are 0): within the diagonal chunk a group visits only the keys up to it.
+    // The bound is the same for every row of a group, so it becomes the key loop's bound where
+    // a schedule makes the group a register tile (no test in the loop). At S2048, tile 64 and
+    // groups of 4 that is 3% less p.v work; measured 0.99x the time (within the noise).
+    const int g = std::max(1, spec.row_group);
+    f.rj_pv = RDom(0, chunk, 0, chunks, "rj_pv");
+    const RDom& rp = f.rj_pv;
+    f.rj_pv.where(in.bottom_right || rp.y <= last_chunk);
+    f.rj_pv.where(in.bottom_right || rp.y * chunk + rp.x <= first_row + (qi / g) * g + (g - 1));
+    key_pv = select(in.bottom_right, rp.y, min(rp.y, last_chunk)) * chunk + rp.x;
+    f.pv_loops = {rp.x, rp.y};
   } else {
     f.rj = RDom(0, in.seq_kv, "rj");
     key = rj;
     f.rj_loops = {rj};
+    f.rj_pv = f.rj;
+    key_pv = key;
+    f.pv_loops = f.rj_loops;
   }
   Expr row = first_row + qi;
 
@@ -282,7 +299,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   f.acc = Func("acc");
   f.acc(d, qi, qt, h, b) = 0.0f;
-  f.acc(d, qi, qt, h, b) += f.probs(key, row, h, b) * f.v(d, key, h, b);
+  f.acc(d, qi, qt, h, b) += f.probs(key_pv, row, h, b) * f.v(d, key_pv, h, b);
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);
   f.out = Func("attention");

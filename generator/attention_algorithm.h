@@ -47,6 +47,9 @@ struct AttentionSpec {
   int key_block = 0;
   // Row form with a causal mask: keys per chunk (rj.x), the unit of key skipping.
   int key_chunk = 64;
+  // Row form with a causal mask: query rows per register tile of probs.v (the schedule's); the
+  // product stops each group's keys at its last row, past which every prob is 0.
+  int row_group = 1;
   // Query rows per tile, the unit of key skipping (whole key blocks, or in the row form the keys
   // no row of the tile attends). Schedules compute the row statistics (row form) or the state
   // (key-block form) one tile at a time: it is their query tile.
@@ -68,6 +71,8 @@ struct AttentionFuncs {
   Halide::RDom rd;
   Halide::RDom rj;  // row form: the keys; causal: key rj.y * key_chunk + rj.x, in chunks
   std::vector<Halide::RVar> rj_loops;  // rj's loops, innermost first
+  Halide::RDom rj_pv;                  // the keys of acc: rj, and causal: up to the row group
+  std::vector<Halide::RVar> pv_loops;  // rj_pv's loops, innermost first
   Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them

@@ -122,11 +122,11 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   Stage pv = acc.update();
   RVar rjo("rjo"), rji("rji");
-  if (f.rj_loops.size() == 1) {  // one loop over the keys: chunks made here, the last one cut
-    pv.split(f.rj_loops[0], rjo, rji, t.pv_chunk, TailStrategy::GuardWithIf);
+  if (f.pv_loops.size() == 1) {  // one loop over the keys: chunks made here, the last one cut
+    pv.split(f.pv_loops[0], rjo, rji, t.pv_chunk, TailStrategy::GuardWithIf);
   } else {  // the algorithm's chunks (causal)
-    rji = f.rj_loops[0];
-    rjo = f.rj_loops[1];
+    rji = f.pv_loops[0];
+    rjo = f.pv_loops[1];
   }
   pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)

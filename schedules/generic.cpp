@@ -21,7 +21,7 @@ void schedule_attention_generic(AttentionFuncs f, const TargetInfo& info) {
   for (Func g : {f.row_max, f.row_sum}) g.compute_at(out, task);
   f.acc.compute_at(out, task).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
   std::vector<VarOrRVar> order{f.d, f.qi};
-  order.insert(order.end(), f.rj_loops.begin(), f.rj_loops.end());
+  order.insert(order.end(), f.pv_loops.begin(), f.pv_loops.end());
   f.acc.update().reorder(order).vectorize(f.d, lanes, TailStrategy::GuardWithIf);
 }
 

@@ -87,7 +87,7 @@ void schedule_attention_inspect(AttentionFuncs f, const AttentionSpec& spec,
                                                           TailStrategy::GuardWithIf);
     f.acc.compute_at(out, i).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
     std::vector<VarOrRVar> order{d};
-    order.insert(order.end(), f.rj_loops.begin(), f.rj_loops.end());
+    order.insert(order.end(), f.pv_loops.begin(), f.pv_loops.end());
     f.acc.update().reorder(order).vectorize(d, info.f32_lanes, TailStrategy::GuardWithIf);
   }
 }

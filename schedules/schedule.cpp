@@ -78,6 +78,7 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
     const AttentionTunables t = resolve(requested, spec, target_info(target));
     spec.query_tile = t.query_tile;
     spec.key_chunk = t.pv_chunk;
+    spec.row_group = std::max(1, t.pv_rows);
     return t;
   }
   AttentionTunables want = requested;
@@ -102,6 +103,7 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   }
   spec.query_tile = t.query_tile;
   spec.key_chunk = t.pv_chunk;
+  spec.row_group = std::max(1, t.pv_rows);
   return t;
 }
 
