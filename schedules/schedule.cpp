@@ -23,6 +23,14 @@ constexpr int kCudaQueryTile = 16;
 // whole score rows by default: faster while a tile's rows stay in L2, see registry.cpp.)
 constexpr int kSkippingKeyBlock = 64;
 
+// The schedule's units that the algorithm's definitions follow (AttentionSpec).
+AttentionTunables fix_units(AttentionSpec& spec, const AttentionTunables& t) {
+  spec.query_tile = t.query_tile;
+  spec.key_chunk = t.pv_chunk;
+  spec.row_group = std::max(1, t.pv_rows);
+  return t;
+}
+
 }  // namespace
 
 int resolve_key_block(int requested, int head_dim_qk, int head_dim_v,
@@ -75,11 +83,7 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   const PatternSpec& ps = spec.pattern;
   if (spec.weights || spec.lse) {
     spec.key_block = 0;  // the inspection schedule keeps whole score rows
-    const AttentionTunables t = resolve(requested, spec, target_info(target));
-    spec.query_tile = t.query_tile;
-    spec.key_chunk = t.pv_chunk;
-    spec.row_group = std::max(1, t.pv_rows);
-    return t;
+    return fix_units(spec, resolve(requested, spec, target_info(target)));
   }
   AttentionTunables want = requested;
   // The row form skips the keys past the causal diagonal of a query tile; patterns skip whole
@@ -101,10 +105,7 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
                                std::to_string(spec.key_block) + ") and of the query tile (" +
                                std::to_string(t.query_tile) + ") of this target");
   }
-  spec.query_tile = t.query_tile;
-  spec.key_chunk = t.pv_chunk;
-  spec.row_group = std::max(1, t.pv_rows);
-  return t;
+  return fix_units(spec, t);
 }
 
 LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
