@@ -73,7 +73,7 @@ struct AttentionFuncs {
   std::vector<Halide::RVar> rj_loops;  // rj's loops, innermost first
   Halide::RDom rj_pv;                  // the keys of acc: rj, and causal: up to the row group
   std::vector<Halide::RVar> pv_loops;  // rj_pv's loops, innermost first
-  Halide::Func q;       // (d, h, i, b) q with the query index clamped: tiles may be rounded up
+  Halide::Func q;       // (d, h, i, b) q times the scale, query index clamped (tiles round up)
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
   Halide::Func dot;     // (j, i, h, b) raw q.k
