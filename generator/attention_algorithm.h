@@ -77,7 +77,7 @@ struct AttentionFuncs {
   Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
   Halide::Func dot;     // (j, i, h, b) raw q.k
-  Halide::Func scores;  // (j, i, h, b) scaled, capped, masked (-inf where not attended)
+  Halide::Func scores;  // (j, i, h, b) scaled, capped, masked (kMaskedScore where not attended)
   // Whole rows (spec.key_block == 0):
   Halide::Func row_max;  // (qi, qt, h, b)
   Halide::Func probs;    // (j, i, h, b) exp(scores - max of the row, or of the key block), 0 masked
