@@ -20,7 +20,7 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/attngenConfigVersion.cma
                                  COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/attngenConfig.cmake"
               "${PROJECT_BINARY_DIR}/attngenConfigVersion.cmake"
-              cmake/AttngenKernels.cmake cmake/AttngenTuning.cmake cmake/kernel_glue.cpp.in
+              cmake/AttngenKernels.cmake
         DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}")
 # The tuning files, so that a consumer's kernels of a tuned shape class get the tuned schedule.
 install(DIRECTORY schedules/tuned/ DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}/tuned"

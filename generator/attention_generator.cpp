@@ -1,7 +1,8 @@
-// attention: O = softmax(mask(scale * Q K^T)) V for BSHD tensors, one kernel per
-// (head dims, mask kind, mask tensor, soft cap) combination; sizes are run-time.
+// attention: O = softmax(mask(scale * Q K^T)) V for BSHD tensors, one kernel per variant (head
+// dims, masks, soft cap, sparse pattern, extra outputs, form: generator/variant.h); batch,
+// sequence lengths and head counts are run-time.
 #include "generator/attention_algorithm.h"
-#include "generator/params.h"
+#include "generator/plan.h"
 #include "schedules/schedule.h"
 
 namespace {
@@ -12,36 +13,9 @@ using attngen::MaskTensor;
 
 class Attention : public Generator<Attention> {
  public:
-  GeneratorParam<int> head_dim_qk{"head_dim_qk", 64, 1, 4096};
-  GeneratorParam<int> head_dim_v{"head_dim_v", 0, 0, 4096};  // 0: same as head_dim_qk
-  GeneratorParam<MaskKind> mask_kind{"mask", MaskKind::kNone, attngen::kMaskKindNames};
-  GeneratorParam<MaskTensor> mask_tensor{"mask_tensor", MaskTensor::kNone,
-                                         attngen::kMaskTensorNames};
-  GeneratorParam<bool> softcap{"softcap", false};
-  // Sparse pattern (generator/attention_algorithm.h) and its parameters.
-  GeneratorParam<attngen::Pattern> pattern{"pattern", attngen::Pattern::kNone,
-                                           attngen::kPatternNames};
-  GeneratorParam<int> window_left{"window_left", -1, -1, 1 << 30};
-  GeneratorParam<int> window_right{"window_right", -1, -1, 1 << 30};
-  GeneratorParam<int> stride{"stride", 0, 0, 1 << 30};
-  GeneratorParam<int> block{"block", 0, 0, 1 << 30};
-  GeneratorParam<int> local{"local", 0, 0, 1 << 30};
-  GeneratorParam<int> global_tokens{"global_tokens", 0, 0, 1 << 30};
-  // Extra outputs for inspection (a slower schedule that keeps the scores).
-  GeneratorParam<bool> weights_output{"weights", false};
-  GeneratorParam<bool> lse_output{"lse", false};
-  // Schedule tunables (0: derived from the target; see schedules/schedule.h and
-  // schedules/tuned/README.md).
-  GeneratorParam<int> query_tile{"query_tile", 0, 0, 4096};
-  GeneratorParam<int> key_tile{"key_tile", 0, 0, 256};
-  GeneratorParam<int> pv_rows{"pv_rows", 0, 0, 256};
-  GeneratorParam<int> parallel_grain{"parallel_grain", 0, 0, 4096};
-  GeneratorParam<int> threads_x{"threads_x", 0, 0, 1024};
-  GeneratorParam<int> stage_kv{"stage_kv", -1, -1, 2};  // -1: the schedule's default
-  GeneratorParam<int> pv_chunk{"pv_chunk", 0, 0, 1 << 20};
-  // Algorithm form: 0 = the target's default (whole rows on CPUs, key blocks on GPUs), > 0 = key
-  // blocks of this many keys merged with an online softmax.
-  GeneratorParam<int> key_block{"key_block", 0, 0, 4096};
+  // The kernel variant (generator/variant.h, docs/variants.md), e.g. "OP attention HEAD_DIM 64
+  // MASK causal TUNABLES query_tile=32": everything compile-time about the kernel.
+  GeneratorParam<std::string> variant{"variant", "OP attention HEAD_DIM 64"};
 
   Input<Buffer<float, 4>> q{"q"};               // (d, h, s, b)
   Input<Buffer<float, 4>> k{"k"};               // (d, hkv, s, b)
@@ -57,69 +31,25 @@ class Attention : public Generator<Attention> {
   Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
 
   void configure() {
-    if (mask_tensor != MaskTensor::kNone) {
-      const Type t = mask_tensor == MaskTensor::kBool ? UInt(8) : Float(32);
+    v_ = attngen::variant_or_throw(variant);
+    if (v_.op != attngen::Op::kAttention) {
+      throw CompileError("attngen: the attention generator got variant '" + variant.value() + "'");
+    }
+    if (v_.mask_tensor != MaskTensor::kNone) {
+      const Type t = v_.mask_tensor == MaskTensor::kBool ? UInt(8) : Float(32);
       mask = add_input<Buffer<>>("mask", t, 4);
     }
-    if (pattern == attngen::Pattern::kBlockSparse) {
+    if (v_.pattern.kind == attngen::Pattern::kBlockSparse) {
       layout = add_input<Buffer<uint8_t, 2>>("layout");
     }
-    if (weights_output) weights = add_output<Buffer<float, 4>>("weights");
-    if (lse_output) lse = add_output<Buffer<float, 3>>("lse");
-  }
-
-  attngen::PatternSpec pattern_spec() const {
-    attngen::PatternSpec ps;
-    ps.kind = pattern;
-    ps.left = window_left;
-    ps.right = window_right;
-    ps.stride = stride;
-    ps.block = block;
-    ps.local = local;
-    ps.global_tokens = global_tokens;
-    const auto require = [&](bool ok, const char* what) {
-      if (!ok) throw CompileError(std::string("attention: pattern needs ") + what);
-    };
-    switch (ps.kind) {
-      case attngen::Pattern::kWindow:
-        require(ps.left >= 0 || ps.right >= 0, "window_left and/or window_right >= 0");
-        break;
-      case attngen::Pattern::kStrided:
-        require(ps.stride > 0, "stride > 0");
-        break;
-      case attngen::Pattern::kBlockSparse:
-        require(ps.block > 0, "block > 0");
-        break;
-      case attngen::Pattern::kGlobalLocal:
-        require(ps.local >= 0 && ps.global_tokens >= 0, "local >= 0 and global_tokens >= 0");
-        break;
-      case attngen::Pattern::kNone:
-        break;
-    }
-    return ps;
+    if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
+    if (v_.lse) lse = add_output<Buffer<float, 3>>("lse");
   }
 
   void generate() {
-    attngen::AttentionSpec spec;
-    spec.head_dim_qk = head_dim_qk;
-    spec.head_dim_v = head_dim_v == 0 ? head_dim_qk : head_dim_v;
-    spec.mask = mask_kind;
-    spec.mask_tensor = mask_tensor;
-    spec.softcap = softcap;
-    spec.pattern = pattern_spec();
-    spec.weights = weights_output;
-    spec.lse = lse_output;
-    spec.key_block = key_block;
-    attngen::AttentionTunables requested;
-    requested.query_tile = query_tile;
-    requested.key_tile = key_tile;
-    requested.pv_rows = pv_rows;
-    requested.stage_kv = stage_kv;
-    requested.pv_chunk = pv_chunk;
-    requested.parallel_grain = parallel_grain;
-    requested.threads_x = threads_x;
+    attngen::AttentionSpec spec = attngen::attention_spec(v_);
     const attngen::AttentionTunables tunables =
-        attngen::plan_attention(spec, requested, get_target());
+        attngen::plan_attention(spec, attngen::attention_tunables(v_), get_target());
 
     attngen::AttentionInputs in;
     in.q = q;
@@ -179,6 +109,9 @@ class Attention : public Generator<Attention> {
     }
     attngen::schedule_attention(fs, spec, get_target(), get_auto_schedule(), tunables);
   }
+
+ private:
+  attngen::KernelVariant v_;
 };
 
 }  // namespace

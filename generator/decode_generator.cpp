@@ -1,9 +1,9 @@
 // decode: Sq new queries (usually 1..16) against the K/V cache of one layer, bottom-right causal,
 // grouped-query, with split-KV so that one query uses every core (generator/decode_algorithm.h).
-// Head dims and the cached element type are compile-time; B, Sq, Hq, Hkv (any ratio), the slots,
-// the ring capacity, the window and the split size are run-time.
+// Head dims and the cached element type are compile-time (the variant); B, Sq, Hq, Hkv (any ratio),
+// the slots, the ring capacity, the window and the split size are run-time.
 #include "generator/decode_algorithm.h"
-#include "generator/params.h"
+#include "generator/plan.h"
 #include "schedules/schedule.h"
 
 namespace {
@@ -12,15 +12,8 @@ using namespace Halide;
 
 class Decode : public Generator<Decode> {
  public:
-  GeneratorParam<int> head_dim_qk{"head_dim_qk", 64, 1, 4096};
-  GeneratorParam<int> head_dim_v{"head_dim_v", 0, 0, 4096};  // 0: same as head_dim_qk
-  // Element type of the cached K and V; the queries, the arithmetic and the output are f32.
-  GeneratorParam<Type> kv_type{"kv_type", Float(32)};
-  // Keys per block of the online softmax (0: the target's default, schedules/schedule.cpp).
-  GeneratorParam<int> key_block{"key_block", 0, 0, 4096};
-  // Schedule tunables (0: derived from the target).
-  GeneratorParam<int> key_tile{"key_tile", 0};
-  GeneratorParam<int> pv_rows{"pv_rows", 0};
+  // The kernel variant (generator/variant.h), e.g. "OP decode HEAD_DIM 128 KV_DTYPE f32".
+  GeneratorParam<std::string> variant{"variant", "OP decode HEAD_DIM 64"};
 
   Input<Buffer<float, 4>> q{"q"};              // (d, h, i, b)
   Input<Buffer<int32_t, 1>> kv_len{"kv_len"};  // (b): positions in the cache
@@ -34,20 +27,19 @@ class Decode : public Generator<Decode> {
   Output<Buffer<float, 4>> out{"out"};         // (dv, h, i, b)
 
   void configure() {
+    v_ = attngen::variant_or_throw(variant);
+    if (v_.op != attngen::Op::kDecode) {
+      throw CompileError("attngen: the decode generator got variant '" + variant.value() + "'");
+    }
+    const Type kv_type = attngen::halide_type(v_.kv_dtype);
     k = add_input<Buffer<>>("k", kv_type, 4);
     v = add_input<Buffer<>>("v", kv_type, 4);
   }
 
   void generate() {
-    attngen::DecodeSpec spec;
-    spec.head_dim_qk = head_dim_qk;
-    spec.head_dim_v = head_dim_v == 0 ? head_dim_qk : head_dim_v;
-    spec.kv_type = kv_type;
-    spec.key_block = key_block;
-    attngen::DecodeTunables requested;
-    requested.key_tile = key_tile;
-    requested.pv_rows = pv_rows;
-    const attngen::DecodeTunables tunables = attngen::plan_decode(spec, requested, get_target());
+    attngen::DecodeSpec spec = attngen::decode_spec(v_);
+    const attngen::DecodeTunables tunables =
+        attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 
     attngen::DecodeInputs in;
     in.q = q;
@@ -94,6 +86,9 @@ class Decode : public Generator<Decode> {
     fs.out = out;
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
   }
+
+ private:
+  attngen::KernelVariant v_;
 };
 
 }  // namespace

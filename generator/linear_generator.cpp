@@ -2,7 +2,7 @@
 // projection (W = nn.MultiheadAttention.in_proj_weight, [3E, E]: one pass over x) and the
 // output projection.
 #include "generator/attention_algorithm.h"
-#include "generator/params.h"
+#include "generator/plan.h"
 #include "schedules/schedule.h"
 
 namespace {
@@ -11,13 +11,8 @@ using namespace Halide;
 
 class Linear : public Generator<Linear> {
  public:
-  // Schedule tunables (0: derived from the target; see schedules/schedule.h).
-  GeneratorParam<int> n_vectors{"n_vectors", 0, 0, 64};
-  GeneratorParam<int> rows{"rows", 0, 0, 256};
-  GeneratorParam<int> row_block{"row_block", 0, 0, 1 << 20};
-  GeneratorParam<int> e_chunk{"e_chunk", 0, 0, 1 << 20};
-  GeneratorParam<int> threads_x{"threads_x", 0, 0, 1024};
-  GeneratorParam<int> threads_y{"threads_y", 0, 0, 1024};
+  // The kernel variant (generator/variant.h): "OP linear", with its schedule's TUNABLES.
+  GeneratorParam<std::string> variant{"variant", "OP linear"};
 
   Input<Buffer<float, 3>> x{"x"};        // (e, s, b)
   Input<Buffer<float, 2>> w{"w"};        // (e, n)
@@ -25,13 +20,11 @@ class Linear : public Generator<Linear> {
   Output<Buffer<float, 3>> y{"y"};       // (n, s, b)
 
   void generate() {
-    attngen::LinearTunables requested;
-    requested.n_vectors = n_vectors;
-    requested.rows = rows;
-    requested.row_block = row_block;
-    requested.e_chunk = e_chunk;
-    requested.threads_x = threads_x;
-    requested.threads_y = threads_y;
+    const attngen::KernelVariant v = attngen::variant_or_throw(variant);
+    if (v.op != attngen::Op::kLinear) {
+      throw CompileError("attngen: the linear generator got variant '" + variant.value() + "'");
+    }
+    const attngen::LinearTunables requested = attngen::linear_tunables(v);
     attngen::LinearShape shape{x.dim(0).extent(), w.dim(1).extent(), x.dim(1).extent()};
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());

@@ -7,18 +7,17 @@
 #include <cmath>
 
 #include "generator/attention_algorithm.h"
-#include "generator/params.h"
+#include "generator/plan.h"
 #include "schedules/schedule.h"
 
 namespace {
 
 using namespace Halide;
-using attngen::MaskKind;
 
 class Mha : public Generator<Mha> {
  public:
-  GeneratorParam<int> head_dim{"head_dim", 64, 1, 4096};
-  GeneratorParam<MaskKind> mask_kind{"mask", MaskKind::kNone, attngen::kMaskKindNames};
+  // The kernel variant (generator/variant.h), e.g. "OP mha HEAD_DIM 64 MASK causal".
+  GeneratorParam<std::string> variant{"variant", "OP mha HEAD_DIM 64"};
 
   Input<Buffer<float, 3>> x{"x"};              // (e, s, b)
   Input<Buffer<float, 2>> in_w{"in_w"};        // (e, 3E)
@@ -30,7 +29,11 @@ class Mha : public Generator<Mha> {
   Output<Buffer<float, 3>> y{"y"};  // (e, s, b)
 
   void generate() {
-    const int dh = head_dim;
+    const attngen::KernelVariant v = attngen::variant_or_throw(variant);
+    if (v.op != attngen::Op::kMha) {
+      throw CompileError("attngen: the mha generator got variant '" + variant.value() + "'");
+    }
+    const int dh = v.head_dim_qk;
     Expr embed = x.dim(0).extent();
     Expr seq = x.dim(1).extent();
     Expr heads = embed / dh;
@@ -43,9 +46,7 @@ class Mha : public Generator<Mha> {
     attngen::LinearFuncs in_proj = attngen::define_linear(x, in_w, in_b, in_shape, "in_proj");
     Func qkv = in_proj.out;
 
-    attngen::AttentionSpec spec;
-    spec.head_dim_qk = spec.head_dim_v = dh;
-    spec.mask = mask_kind;
+    attngen::AttentionSpec spec = attngen::attention_spec(v);
     const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");

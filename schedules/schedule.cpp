@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "schedules/cpu_defaults.h"
-
 namespace attngen {
 
 namespace {
@@ -18,6 +16,10 @@ int cuda_shared_bytes(int query_tile, int key_block, int dqk, int dv) {
 // Kept under the 48 KiB a block gets without opting in, with room for occupancy.
 constexpr int kCudaSharedBudget = 40 * 1024;
 constexpr int kCudaQueryTile = 16;
+// Query rows per parallel task of the CPU attention schedules, in vectors of f32 lanes: 64 rows
+// on AVX-512, 32 on AVX2, 16 on SSE4.1 and NEON (measured: schedules/cpu_simd.cpp). Kernels'
+// descriptors carry the resolved tile, which the runtime's dispatch compares.
+constexpr int kCpuQueryTileVectors = 4;
 // Key block of causal and sparse-pattern kernels on CPUs: small enough that block skipping
 // follows the mask closely, large enough for the register-blocked loops. (Dense kernels keep
 // whole score rows by default: faster while a tile's rows stay in L2, see registry.cpp.)

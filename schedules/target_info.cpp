@@ -2,57 +2,33 @@
 
 namespace attngen {
 
+// The row of a Halide target: the ISA its features name, as the table's targets spell them.
 TargetInfo target_info(const Halide::Target& t) {
   using T = Halide::Target;
-  TargetInfo info;
+  Isa isa = Isa::kGeneric;
   if (t.has_gpu_feature()) {
-    info.isa = Isa::kCuda;
-    info.f32_lanes = 1;
-    info.vector_registers = 255;
-    info.accumulators = 64;
+    isa = Isa::kCuda;
   } else if (t.arch == T::X86 &&
              (t.has_feature(T::AVX512_Skylake) || t.has_feature(T::AVX512_Cannonlake) ||
               t.has_feature(T::AVX512_SapphireRapids))) {
-    info.isa = Isa::kAvx512;
-    info.f32_lanes = 16;
-    info.vector_registers = 32;
-    info.accumulators = 24;
+    isa = Isa::kAvx512;
   } else if (t.arch == T::X86 && t.has_feature(T::AVX2) && t.has_feature(T::FMA)) {
-    info.isa = Isa::kAvx2;
-    info.f32_lanes = 8;
-    info.vector_registers = 16;
-    info.accumulators = 12;
+    isa = Isa::kAvx2;
   } else if (t.arch == T::X86 && t.has_feature(T::SSE41)) {
-    info.isa = Isa::kSse41;
-    info.f32_lanes = 4;
-    info.vector_registers = 16;
-    info.accumulators = 12;
+    isa = Isa::kSse41;
   } else if (t.arch == T::ARM && t.bits == 64) {
-    info.isa = Isa::kNeon;
-    info.f32_lanes = 4;
-    info.vector_registers = 32;
-    info.accumulators = 24;
+    isa = Isa::kNeon;
   }
+  const TargetRow& row = target_row(isa);
+  TargetInfo info;
+  info.isa = isa;
+  info.f32_lanes = lanes_of(row, 4);
+  info.vector_registers = row.vector_registers;
+  info.accumulators = row.accumulators;
   return info;
 }
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kSse41:
-      return "sse41";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kNeon:
-      return "neon";
-    case Isa::kCuda:
-      return "cuda";
-    case Isa::kGeneric:
-      break;
-  }
-  return "generic";
-}
+const char* isa_name(Isa isa) { return target_row(isa).name; }
 
 int lanes_dividing(int extent, const TargetInfo& info) {
   for (int lanes = info.f32_lanes; lanes >= 4; lanes /= 2) {

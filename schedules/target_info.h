@@ -1,19 +1,17 @@
-// What the schedules need to know about a target, in one place: vector width, register file,
-// how many accumulators a register-blocked inner loop can keep live.
+// What the schedules need to know about a Halide target: its row of the target table
+// (schedules/targets.h) and the helpers that size register tiles and cache chunks from it.
 #pragma once
 
 #include "Halide.h"
+#include "schedules/targets.h"
 
 namespace attngen {
-
-enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kNeon, kCuda };
 
 struct TargetInfo {
   Isa isa = Isa::kGeneric;
   int f32_lanes = 4;          // lanes of one native f32 vector
   int vector_registers = 16;  // architectural vector registers
-  // Vector registers a register-blocked loop may use for accumulators, leaving room for the
-  // operands it loads and broadcasts each step.
+  // Vector registers a register-blocked loop may use for accumulators (TargetRow).
   int accumulators = 12;
   // L1 data cache the schedules size their key and feature chunks for: 32 KiB, the common size
   // (Skylake-X, Zen, Cortex-A55/A76 have 32-64 KiB; a kernel built for an ISA runs on all).

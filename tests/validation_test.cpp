@@ -259,15 +259,29 @@ int failing_run(void* uc, const attngen_kernel_args*) {
   return -1;
 }
 
+// A descriptor written by hand, as a user's own build would: dense D64 f32 attention.
+attngen_kernel_info hand_descriptor(const char* name, const char* isa,
+                                    int (*run)(void*, const attngen_kernel_args*)) {
+  attngen_kernel_info info{};
+  info.struct_size = sizeof(attngen_kernel_info);
+  info.abi_version = ATTNGEN_KERNEL_ABI_VERSION;
+  info.name = name;
+  info.op = ATTNGEN_OP_ATTENTION;
+  info.isa = isa;
+  info.halide_target = "other";
+  info.dtypes = {ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32};
+  info.head_dim_qk = info.head_dim_v = 64;
+  info.run = run;
+  return info;
+}
+
 TEST_F(AttentionValidation, UnsupportedTarget) {
 #if defined(__aarch64__)
   const char* foreign = "avx512";
 #else
   const char* foreign = "neon";
 #endif
-  static attngen_kernel_info info{
-      "test_foreign_isa", ATTNGEN_OP_ATTENTION,     foreign, "other", 64, 64,
-      ATTNGEN_MASK_NONE,  ATTNGEN_MASK_TENSOR_NONE, 0,       fake_run};
+  static attngen_kernel_info info = hand_descriptor("test_foreign_isa", foreign, fake_run);
   if (attngen_find_kernel(info.name) == nullptr) {
     ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
   }
@@ -279,10 +293,24 @@ TEST_F(AttentionValidation, UnsupportedTarget) {
   EXPECT_EQ(attngen_register_kernel(nullptr), ATTNGEN_ERROR_NULL_POINTER);
 }
 
+// A descriptor of another ABI version, or of an older, smaller struct, is refused by name and
+// never registered: the runtime would misread its fields.
+TEST_F(AttentionValidation, IncompatibleDescriptorIsRefused) {
+  static attngen_kernel_info old_version = hand_descriptor("test_abi_v1", "generic", fake_run);
+  old_version.abi_version = ATTNGEN_KERNEL_ABI_VERSION - 1;
+  EXPECT_EQ(attngen_register_kernel(&old_version), ATTNGEN_ERROR_ABI);
+  EXPECT_NE(std::string(attngen_last_error()).find("regenerate"), std::string::npos)
+      << attngen_last_error();
+  static attngen_kernel_info small = hand_descriptor("test_abi_small", "generic", fake_run);
+  small.struct_size = sizeof(attngen_kernel_info) - 8;
+  EXPECT_EQ(attngen_register_kernel(&small), ATTNGEN_ERROR_ABI);
+  EXPECT_EQ(attngen_find_kernel("test_abi_v1"), nullptr);
+  EXPECT_EQ(attngen_find_kernel("test_abi_small"), nullptr);
+  EXPECT_EQ(g_fake_runs, 0);
+}
+
 TEST_F(AttentionValidation, KernelFailureIsCapturedNotPrinted) {
-  static attngen_kernel_info info{
-      "test_failing_kernel", ATTNGEN_OP_ATTENTION,     "generic", "any",      64, 64,
-      ATTNGEN_MASK_NONE,     ATTNGEN_MASK_TENSOR_NONE, 0,         failing_run};
+  static attngen_kernel_info info = hand_descriptor("test_failing_kernel", "generic", failing_run);
   if (attngen_find_kernel(info.name) == nullptr) {
     ASSERT_EQ(attngen_register_kernel(&info), ATTNGEN_OK);
   }

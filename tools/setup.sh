@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages attngen needs, only those missing. Safe to run repeatedly.
 set -euo pipefail
 packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev libopenblas-dev
-          clang-format libpng-dev
+          clang-format libpng-dev nlohmann-json3-dev
           g++-aarch64-linux-gnu qemu-user-static)  # the aarch64 cross build and its tests
 missing=()
 for p in "${packages[@]}"; do

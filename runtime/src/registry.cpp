@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "runtime/src/internal.h"
-#include "schedules/cpu_defaults.h"
+#include "schedules/cpu_features.h"
+#include "schedules/targets.h"
 
 extern "C" const attngen_kernel_info* const attngen_builtin_kernels[];
 
@@ -55,70 +56,46 @@ bool cuda_device_present() {
   return present;
 }
 
-bool cpu_has(const char* isa) {
-  if (!std::strcmp(isa, "cuda")) return cuda_device_present();
-#if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  if (!std::strcmp(isa, "avx512")) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
-  }
-  if (!std::strcmp(isa, "avx2")) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }
-  if (!std::strcmp(isa, "sse41")) return __builtin_cpu_supports("sse4.1");
-  return !std::strcmp(isa, "generic");
-#elif defined(__aarch64__)
-  return !std::strcmp(isa, "neon") || !std::strcmp(isa, "generic");
-#else
-  return !std::strcmp(isa, "generic");
-#endif
-}
+const attngen::TargetRow* row_of(const char* isa) { return attngen::find_target(isa); }
 
-// CPU ISAs by preference (lowest first); "cuda" is known but only chosen when forced.
-const char* const kIsas[] = {"generic", "sse41", "avx2", "neon", "avx512"};
-const char* const kCuda = "cuda";
+bool cpu_has(const char* isa) {
+  const attngen::TargetRow* t = row_of(isa);
+  return t != nullptr && attngen::machine_runs(*t, cuda_device_present);
+}
 
 // The ISA set by attngen_set_isa(), or nullptr.
 std::atomic<const char*> g_forced_isa{nullptr};
 
-// Above this many keys an explicit key-block kernel beats the default form: the whole score
-// rows of a query tile (query_tile x Skv floats) no longer stay in L2. Measured on AVX-512 with
-// K/V packed per head (bench/RESULTS.md, D64, 2 threads, same-run A/B): rows vs key block 128
-// are 90 vs 100 ms at S2048 (H16), even at S4096 (H8, 220 vs 218 ms), 1020 vs 909 ms at S8192.
-constexpr int64_t kLongKeys = 4096;
+// A descriptor this runtime can read: the same ABI version, and at least our struct's size.
+bool abi_compatible(const attngen_kernel_info& k) {
+  return k.abi_version == ATTNGEN_KERNEL_ABI_VERSION &&
+         k.struct_size >= sizeof(attngen_kernel_info);
+}
+
+// "generic, sse41, ...": the ISAs attngen_set_isa() knows.
+std::string isa_names() {
+  std::string s;
+  for (const attngen::TargetRow& t : attngen::kTargets)
+    s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
+}
 
 // Among kernels of the same ISA: 1 for the form that suits the call's key length.
 int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {
   if (q.op != ATTNGEN_OP_ATTENTION) return 0;
   const int no_extra_output = (k.lse != 0) == q.lse ? 2 : 0;
-  return no_extra_output + ((k.key_block > 0) == (q.seq_kv > kLongKeys) ? 1 : 0);
+  return no_extra_output + ((k.requested_key_block > 0) == (q.seq_kv > kLongKeys) ? 1 : 0);
 }
 
-// Higher is preferred when several kernels fit.
+// Higher is preferred when several kernels fit (the target table's preference).
 int isa_rank(const char* isa) {
-  for (int r = 4; r >= 0; --r) {
-    if (!std::strcmp(isa, kIsas[r])) return r;
-  }
-  return -1;
-}
-
-// Query rows per parallel task of an attention kernel: its own (QUERY_TILE or a tuned one), else
-// the default of the CPU schedules for its ISA; 0 where unknown (CUDA, the generic schedule).
-int query_tile_of(const attngen_kernel_info& k) {
-  if (k.query_tile > 0) return k.query_tile;
-  const int lanes = !std::strcmp(k.isa, "avx512")                                 ? 16
-                    : !std::strcmp(k.isa, "avx2")                                 ? 8
-                    : !std::strcmp(k.isa, "sse41") || !std::strcmp(k.isa, "neon") ? 4
-                                                                                  : 0;
-  return kCpuQueryTileVectors * lanes;
+  const attngen::TargetRow* t = row_of(isa);
+  return t != nullptr ? t->preference : -1;
 }
 
 // Query rows a kernel computes for the call: the last tile is computed whole.
 int64_t padded_rows(const attngen_kernel_info& k, const KernelQuery& q) {
-  const int64_t tile = query_tile_of(k);
+  const int64_t tile = k.query_tile;
   return tile > 0 ? (q.seq_q + tile - 1) / tile * tile : q.seq_q;
 }
 
@@ -132,7 +109,7 @@ bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
   const int64_t rows = padded_rows(k, q), best_rows = padded_rows(best, q);
   if (10 * rows <= 9 * best_rows) return true;
   if (10 * best_rows <= 9 * rows) return false;
-  return query_tile_of(k) > query_tile_of(best);
+  return k.query_tile > best.query_tile;
 }
 
 // Whether k is preferred to best, both fitting the call.
@@ -237,7 +214,7 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!fits(*k, query)) continue;
-    if (forced != nullptr ? std::strcmp(k->isa, forced) != 0 : !std::strcmp(k->isa, kCuda)) {
+    if (forced != nullptr ? std::strcmp(k->isa, forced) != 0 : isa_rank(k->isa) < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
     if (!attngen_kernel_supported(k)) {
@@ -299,14 +276,11 @@ attngen_status attngen_set_isa(const char* isa) {
     attngen::rt::g_forced_isa.store(nullptr);
     return attngen::rt::finish(c, nullptr);
   }
-  const char* known = !std::strcmp(isa, attngen::rt::kCuda) ? attngen::rt::kCuda : nullptr;
-  for (const char* k : attngen::rt::kIsas) {
-    if (!std::strcmp(k, isa)) known = k;
-  }
+  const attngen::TargetRow* row = attngen::rt::row_of(isa);
+  const char* known = row != nullptr ? row->name : nullptr;
   if (known == nullptr) {
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-           std::string("unknown ISA '") + isa +
-               "', expected generic, sse41, avx2, avx512, neon or cuda");
+           std::string("unknown ISA '") + isa + "', expected " + attngen::rt::isa_names());
   } else if (!attngen::rt::cpu_has(known)) {
     c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
            std::string("this machine cannot run ") + known + " kernels");
@@ -319,17 +293,33 @@ attngen_status attngen_set_isa(const char* isa) {
 const char* attngen_isa(void) {
   const char* forced = attngen::rt::g_forced_isa.load();
   if (forced != nullptr) return forced;
-  for (int r = 4; r >= 0; --r) {
-    if (attngen::rt::cpu_has(attngen::rt::kIsas[r])) return attngen::rt::kIsas[r];
+  const attngen::TargetRow* best = nullptr;
+  for (const attngen::TargetRow& t : attngen::kTargets) {
+    if (t.preference >= 0 && (best == nullptr || t.preference > best->preference) &&
+        attngen::rt::cpu_has(t.name)) {
+      best = &t;
+    }
   }
-  return "generic";
+  return best != nullptr ? best->name : "generic";
 }
 
 attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
   attngen::rt::Check c;
-  if (kernel == nullptr || kernel->name == nullptr || kernel->run == nullptr ||
-      kernel->isa == nullptr) {
-    c.fail(ATTNGEN_ERROR_NULL_POINTER, "kernel descriptor (or its name, isa or run) is NULL");
+  if (kernel == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "kernel descriptor is NULL");
+    return attngen::rt::finish(c, nullptr);
+  }
+  if (!attngen::rt::abi_compatible(*kernel)) {
+    c.fail(ATTNGEN_ERROR_ABI,
+           "kernel descriptor of ABI version " + std::to_string(kernel->abi_version) + " (" +
+               std::to_string(kernel->struct_size) + " bytes); this runtime reads version " +
+               std::to_string(ATTNGEN_KERNEL_ABI_VERSION) + " (" +
+               std::to_string(sizeof(attngen_kernel_info)) +
+               " bytes): regenerate the kernel with this attngen");
+    return attngen::rt::finish(c, nullptr);
+  }
+  if (kernel->name == nullptr || kernel->run == nullptr || kernel->isa == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "kernel descriptor's name, isa or run is NULL");
     return attngen::rt::finish(c, nullptr);
   }
   if (attngen_find_kernel(kernel->name) != nullptr) {

@@ -39,6 +39,8 @@ const char* dtype_name(attngen_dtype dtype) {
       return "BOOL";
     case ATTNGEN_I32:
       return "I32";
+    case ATTNGEN_I8:
+      return "I8";
     case ATTNGEN_DTYPE_FORCE_32BIT:
       break;
   }
@@ -54,6 +56,7 @@ size_t dtype_size(attngen_dtype dtype) {
     case ATTNGEN_BF16:
       return 2;
     case ATTNGEN_BOOL:
+    case ATTNGEN_I8:
       return 1;
     case ATTNGEN_DTYPE_FORCE_32BIT:
       break;

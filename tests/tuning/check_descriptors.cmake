@@ -1,7 +1,8 @@
 # ctest tuning.descriptors: the built-in kernels were generated with the tunables of the tuning
 # files, so the test fails when a file is ignored. The descriptors (attngen_kernel_info::tuning
 # and ::tunables, printed by attngen_list_kernels) are compared with the files read here
-# directly, with string(JSON), not through cmake/AttngenTuning.cmake:
+# directly, with string(JSON), not through the variant tool that applied them; the kernels an
+# entry applies to are those whose descriptor names its class and target:
 #   - every entry of <TUNING_DIR>/<arch>_<isa>.json whose kernel was built names the file and
 #     the class in `tuning` and carries exactly the entry's tunables;
 #   - no other kernel claims a tuning file; with USE_TUNING OFF, none does.
@@ -16,35 +17,16 @@ if (NOT rc EQUAL 0)
 endif ()
 string(REPLACE "\n" ";" lines "${out}")
 
-# The kernel name a shape class means (docs/variants.md), e.g. "attention d64 causal kb128" ->
-# attn_f32_d64_causal_kb128.
-function(stem_of class OUT)
-  string(REPLACE " " ";" words "${class}")
-  list(POP_FRONT words op)
-  if (op STREQUAL "linear")
-    set(${OUT} linear_f32 PARENT_SCOPE)
-    return()
-  endif ()
-  set(s attn_f32)
-  foreach (w IN LISTS words)
-    if (w STREQUAL "dense")
-      string(APPEND s _none)
-    elseif (w STREQUAL "weights")
-      string(APPEND s _p)
-    else ()
-      string(APPEND s _${w})
-    endif ()
-  endforeach ()
-  set(${OUT} ${s} PARENT_SCOPE)
-endfunction()
-
 set(names "")
 foreach (line IN LISTS lines)
-  if (line MATCHES "^([^|]*)\\|([^|]*)\\|([^|]*)\\|(.*)$")
+  if (line MATCHES "^([^|]*)\\|([^|]*)\\|([^|]*)\\|([^|]*)\\|(.*)$")
     set(name "${CMAKE_MATCH_1}")
     list(APPEND names "${name}")
     set(tuning_${name} "${CMAKE_MATCH_3}")
     set(tunables_${name} "${CMAKE_MATCH_4}")
+    # The kernels a tuning file entry applies to: its target and the kernel's shape class.
+    string(MAKE_C_IDENTIFIER "kernels_${CMAKE_MATCH_2}_${CMAKE_MATCH_5}" key)
+    list(APPEND ${key} "${name}")
   endif ()
 endforeach ()
 list(LENGTH names n)
@@ -63,10 +45,10 @@ if (USE_TUNING)
     math(EXPR last "${count} - 1")
     foreach (e RANGE ${last})
       string(JSON class MEMBER "${json}" entries ${e})
-      stem_of("${class}" stem)
-      set(kernel "${stem}__${target}")
-      if (NOT kernel IN_LIST names)
-        message(STATUS "not built here: ${kernel} (${target}.json: ${class})")
+      string(MAKE_C_IDENTIFIER "kernels_${target}_${class}" key)
+      set(kernels "${${key}}")
+      if (NOT kernels)
+        message(STATUS "not built here: a ${target} kernel of class '${class}'")
         continue()
       endif ()
       set(want "")
@@ -79,18 +61,20 @@ if (USE_TUNING)
           list(APPEND want "${key}=${value}")
         endforeach ()
       endif ()
-      string(REPLACE " " ";" got "${tunables_${kernel}}")
       list(SORT want)
-      list(SORT got)
-      if (NOT tuning_${kernel} STREQUAL "${target}.json#${class}" OR NOT got STREQUAL want)
-        message(SEND_ERROR "${kernel}: descriptor says tuning '${tuning_${kernel}}', tunables "
-                           "'${tunables_${kernel}}'; ${target}.json has '${class}' with "
-                           "'${want}' (was the tuning file ignored?)")
-      else ()
-        message(STATUS "ok: ${kernel} generated with ${target}.json '${class}': ${want}")
-      endif ()
-      list(APPEND expected "${kernel}")
-      math(EXPR checked "${checked} + 1")
+      foreach (kernel IN LISTS kernels)
+        string(REPLACE " " ";" got "${tunables_${kernel}}")
+        list(SORT got)
+        if (NOT tuning_${kernel} STREQUAL "${target}.json#${class}" OR NOT got STREQUAL want)
+          message(SEND_ERROR "${kernel}: descriptor says tuning '${tuning_${kernel}}', tunables "
+                             "'${tunables_${kernel}}'; ${target}.json has '${class}' with "
+                             "'${want}' (was the tuning file ignored?)")
+        else ()
+          message(STATUS "ok: ${kernel} generated with ${target}.json '${class}': ${want}")
+        endif ()
+        list(APPEND expected "${kernel}")
+        math(EXPR checked "${checked} + 1")
+      endforeach ()
     endforeach ()
   endforeach ()
 endif ()

@@ -36,6 +36,7 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_KERNEL,             /* the kernel itself failed (e.g. out of memory) */
   ATTNGEN_ERROR_CAPACITY,           /* a KV cache cannot hold what is appended or attended */
   ATTNGEN_ERROR_OUT_OF_MEMORY,      /* the library could not allocate memory it needs */
+  ATTNGEN_ERROR_ABI,                /* a kernel descriptor of an incompatible attngen build */
   /* Enums are int-sized; values from C callers are checked, never trusted. */
   ATTNGEN_STATUS_FORCE_32BIT = 0x7fffffff
 } attngen_status;
@@ -46,6 +47,7 @@ typedef enum attngen_dtype {
   ATTNGEN_BF16 = 2,
   ATTNGEN_BOOL = 3, /* one byte per element, 0 = false */
   ATTNGEN_I32 = 4,
+  ATTNGEN_I8 = 5,
   ATTNGEN_DTYPE_FORCE_32BIT = 0x7fffffff
 } attngen_dtype;
 

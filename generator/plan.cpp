@@ -1,0 +1,157 @@
+#include "generator/plan.h"
+
+namespace attngen {
+
+namespace {
+
+// Sets the field of `t` that `name` names; the names are those of tunable_names().
+template <typename T>
+void apply(const KernelVariant& v, T& t,
+           std::initializer_list<std::pair<const char*, int T::*>> f) {
+  for (const Tunable& tunable : v.tunables) {
+    for (const auto& [name, field] : f) {
+      if (tunable.name == name) t.*field = tunable.value;
+    }
+  }
+}
+
+}  // namespace
+
+KernelVariant variant_or_throw(const std::string& text) {
+  KernelVariant v;
+  std::string error;
+  if (!parse_variant(text, &v, &error)) throw Halide::CompileError("attngen: " + error);
+  return v;
+}
+
+Halide::Type halide_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return Halide::Float(32);
+    case DType::kF16:
+      return Halide::Float(16);
+    case DType::kBF16:
+      return Halide::BFloat(16);
+    case DType::kI8:
+      return Halide::Int(8);
+  }
+  return Halide::Float(32);
+}
+
+AttentionSpec attention_spec(const KernelVariant& v) {
+  AttentionSpec spec;
+  spec.head_dim_qk = v.head_dim_qk;
+  spec.head_dim_v = v.head_dim_v;
+  spec.mask = v.mask;
+  spec.mask_tensor = v.mask_tensor;
+  spec.softcap = v.softcap;
+  spec.pattern = v.pattern;
+  spec.weights = v.weights;
+  spec.lse = v.lse;
+  spec.key_block = v.key_block;
+  for (const Tunable& t : v.tunables) {
+    if (t.name == "key_block") spec.key_block = t.value;  // a tuned form
+  }
+  return spec;
+}
+
+AttentionTunables attention_tunables(const KernelVariant& v) {
+  AttentionTunables t;
+  t.query_tile = v.query_tile;
+  using A = AttentionTunables;
+  apply<A>(v, t,
+           {{"query_tile", &A::query_tile},
+            {"key_tile", &A::key_tile},
+            {"pv_rows", &A::pv_rows},
+            {"parallel_grain", &A::parallel_grain},
+            {"threads_x", &A::threads_x},
+            {"stage_kv", &A::stage_kv},
+            {"pv_chunk", &A::pv_chunk}});
+  return t;
+}
+
+LinearTunables linear_tunables(const KernelVariant& v) {
+  LinearTunables t;
+  using L = LinearTunables;
+  apply<L>(v, t,
+           {{"n_vectors", &L::n_vectors},
+            {"rows", &L::rows},
+            {"row_block", &L::row_block},
+            {"e_chunk", &L::e_chunk},
+            {"threads_x", &L::threads_x},
+            {"threads_y", &L::threads_y}});
+  return t;
+}
+
+DecodeSpec decode_spec(const KernelVariant& v) {
+  DecodeSpec spec;
+  spec.head_dim_qk = v.head_dim_qk;
+  spec.head_dim_v = v.head_dim_v;
+  spec.kv_type = halide_type(v.kv_dtype);
+  spec.key_block = v.key_block;
+  for (const Tunable& t : v.tunables) {
+    if (t.name == "key_block") spec.key_block = t.value;
+  }
+  return spec;
+}
+
+DecodeTunables decode_tunables(const KernelVariant& v) {
+  DecodeTunables t;
+  using D = DecodeTunables;
+  apply<D>(v, t, {{"key_tile", &D::key_tile}, {"pv_rows", &D::pv_rows}});
+  return t;
+}
+
+ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& target) {
+  ResolvedVariant r;
+  const auto add = [&](const char* name, int value) { r.schedule.push_back({name, value}); };
+  switch (v.op) {
+    case Op::kAttention: {
+      AttentionSpec spec = attention_spec(v);
+      const AttentionTunables t = plan_attention(spec, attention_tunables(v), target);
+      r.key_block = spec.key_block;
+      r.query_tile = spec.query_tile;
+      r.key_chunk = spec.key_block > 0 ? spec.key_block : spec.key_chunk;
+      add("key_block", spec.key_block);
+      add("query_tile", t.query_tile);
+      add("key_tile", t.key_tile);
+      add("pv_rows", t.pv_rows);
+      add("parallel_grain", t.parallel_grain);
+      add("threads_x", t.threads_x);
+      add("stage_kv", t.stage_kv);
+      add("pv_chunk", t.pv_chunk);
+      break;
+    }
+    case Op::kMha:
+    case Op::kLinear: {
+      if (v.op == Op::kMha) {  // the attention between the projections (mha_generator.cpp)
+        AttentionSpec spec = attention_spec(v);
+        plan_attention(spec, {}, target);
+        r.key_block = spec.key_block;
+        r.query_tile = spec.query_tile;
+        r.key_chunk = spec.key_block > 0 ? spec.key_block : spec.key_chunk;
+      }
+      LinearShape shape;
+      const LinearTunables t = plan_linear(shape, linear_tunables(v), target, false);
+      add("n_vectors", t.n_vectors);
+      add("rows", t.rows);
+      add("row_block", t.row_block);
+      add("e_chunk", t.e_chunk);
+      add("threads_x", t.threads_x);
+      add("threads_y", t.threads_y);
+      break;
+    }
+    case Op::kDecode: {
+      DecodeSpec spec = decode_spec(v);
+      const DecodeTunables t = plan_decode(spec, decode_tunables(v), target);
+      r.key_block = spec.key_block;
+      add("key_block", spec.key_block);
+      add("key_tile", t.key_tile);
+      add("pv_rows", t.pv_rows);
+      break;
+    }
+  }
+  return r;
+}
+
+}  // namespace attngen

@@ -1,0 +1,48 @@
+// From a kernel variant (generator/variant.h) to what the algorithm and the schedules take: the
+// generators build their pipelines from these, and the descriptor of a kernel
+// (generator/variant_cli.cpp) is computed by the same calls, so it says what the kernel does.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "Halide.h"
+#include "generator/attention_algorithm.h"
+#include "generator/decode_algorithm.h"
+#include "generator/variant.h"
+#include "schedules/schedule.h"
+
+namespace attngen {
+
+// Parses the generators' `variant` param; a malformed variant is a Halide::CompileError.
+KernelVariant variant_or_throw(const std::string& text);
+
+// The Halide type of a dtype.
+Halide::Type halide_type(DType dtype);
+
+AttentionSpec attention_spec(const KernelVariant& v);
+AttentionTunables attention_tunables(const KernelVariant& v);
+LinearTunables linear_tunables(const KernelVariant& v);
+DecodeSpec decode_spec(const KernelVariant& v);
+DecodeTunables decode_tunables(const KernelVariant& v);
+
+// What a kernel of the variant does on a target once the schedule has resolved it: the units
+// that tests and dispatch need, and every tunable's value ("query_tile=64 key_tile=6 ...").
+struct ResolvedVariant {
+  int key_block = 0;   // keys per block of the online softmax, 0 for whole score rows
+  int query_tile = 0;  // query rows per parallel task (attention)
+  int key_chunk = 0;   // keys per chunk of the row form's passes (attention)
+  std::vector<Tunable> schedule;
+};
+ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& target);
+
+// Representative sizes for estimates (BERT-base-like); bounds that are compile-time constants
+// (head dims) come from the variant itself.
+struct Estimates {
+  static constexpr int kBatch = 1;
+  static constexpr int kHeads = 16;
+  static constexpr int kSeq = 1024;
+  static constexpr int kEmbed = 768;
+};
+
+}  // namespace attngen

@@ -1,0 +1,50 @@
+// Whether the machine this code runs on has what a row of the target table requires
+// (TargetRow::requires_features). Used by the runtime's dispatch and by the variant tool for
+// the ISA that `host` means on the build machine. Plain C++, no Halide.
+#pragma once
+
+#include <string>
+
+#include "schedules/targets.h"
+
+namespace attngen {
+
+// One CPU feature, as TargetRow::requires_features spells it; false for names this build
+// cannot check (GCC's __builtin_cpu_supports takes literals only, hence the list).
+inline bool cpu_feature(const std::string& f) {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (f == "sse4.1") return __builtin_cpu_supports("sse4.1");
+  if (f == "avx2") return __builtin_cpu_supports("avx2");
+  if (f == "fma") return __builtin_cpu_supports("fma");
+  if (f == "f16c") return __builtin_cpu_supports("f16c");
+  if (f == "avx512f") return __builtin_cpu_supports("avx512f");
+  if (f == "avx512cd") return __builtin_cpu_supports("avx512cd");
+  if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
+  if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
+  if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
+  return false;
+#elif defined(__aarch64__)
+  return f == "aarch64";
+#else
+  (void)f;
+  return false;
+#endif
+}
+
+// Every feature the row requires, "cuda" answered by `cuda_device` (a probe the caller owns).
+template <typename CudaProbe>
+bool machine_runs(const TargetRow& t, CudaProbe cuda_device) {
+  const std::string all = t.requires_features;
+  size_t at = 0;
+  while (at < all.size()) {
+    size_t end = all.find(' ', at);
+    if (end == std::string::npos) end = all.size();
+    const std::string f = all.substr(at, end - at);
+    if (!f.empty() && !(f == "cuda" ? cuda_device() : cpu_feature(f))) return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+}  // namespace attngen

@@ -1,0 +1,85 @@
+// The target table: one row per ISA with everything attngen knows about it. Plain C++ (no
+// Halide), included by the schedules (schedules/target_info.cpp: vector width, registers), the
+// variant model (generator/variant.cpp: names, Halide target strings, the ISAs CMake builds) and
+// the runtime (runtime/src/registry.cpp: the CPU check and the dispatch preference). Adding an
+// ISA is a row here, plus a schedule where the existing ones do not fit (docs/variants.md).
+#pragma once
+
+#include <cstring>
+
+namespace attngen {
+
+enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kNeon, kCuda };
+
+struct TargetRow {
+  Isa isa;
+  const char* name;  // in kernel names, descriptors and attngen_set_isa(): "avx512"
+  const char* arch;  // in kernel names and tuning file names: "x86_64"
+  // Halide target the kernels are generated for; the Halide runtime shared by the kernels of
+  // the architecture (one per build, cmake/AttngenKernels.cmake).
+  const char* halide_target;
+  const char* runtime_target;
+  int vector_bytes;      // one native vector register (lanes of a type = vector_bytes / size)
+  int vector_registers;  // architectural vector registers
+  // Vector registers a register-blocked loop may use for accumulators, leaving room for the
+  // operands it loads and broadcasts each step.
+  int accumulators;
+  // What this machine must have to run the kernels, space separated: x86 CPU features as
+  // __builtin_cpu_supports spells them, "aarch64" for any 64-bit ARM, "cuda" for a CUDA device,
+  // "" for anything.
+  const char* requires_features;
+  // Dispatch preference among the ISAs a machine runs (higher wins); -1: never chosen on its own,
+  // only when forced (a GPU kernel copies host buffers on every call).
+  int preference;
+  // An instruction pattern (CMake regex) the generated assembly must contain, proof that the
+  // schedule vectorised for this ISA (tests/check_asm.cmake); "" for none.
+  const char* asm_signature;
+};
+
+#define ATTNGEN_X86_64 "x86-64-linux"
+inline constexpr TargetRow kTargets[] = {
+    {Isa::kGeneric, "generic", "host", "host", "host", 16, 16, 12, "", 0, ""},
+    {Isa::kSse41, "sse41", "x86_64", ATTNGEN_X86_64 "-sse41", ATTNGEN_X86_64, 16, 16, 12, "sse4.1",
+     1, ""},
+    {Isa::kAvx2, "avx2", "x86_64", ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2", ATTNGEN_X86_64, 32,
+     16, 12, "avx2 fma", 2, "vfmadd[0-9]+ps[^\n]*ymm"},
+    {Isa::kNeon, "neon", "aarch64", "arm-64-linux", "arm-64-linux", 16, 32, 24, "aarch64", 3,
+     "fmla[^\n]*v[0-9]+\\.4s"},
+    {Isa::kAvx512, "avx512", "x86_64",
+     ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake", ATTNGEN_X86_64, 64, 32, 24,
+     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma", 4, "vfmadd[0-9]+ps[^\n]*zmm"},
+    // Host code for any x86-64; PTX for sm_80, which the driver JIT-compiles for newer GPUs.
+    {Isa::kCuda, "cuda", "x86_64", ATTNGEN_X86_64 "-cuda-cuda_capability_80",
+     ATTNGEN_X86_64 "-cuda", 4, 255, 64, "cuda", -1, ""},
+};
+#undef ATTNGEN_X86_64
+
+inline const TargetRow* find_target(const char* name) {
+  if (name == nullptr) return nullptr;
+  for (const TargetRow& t : kTargets) {
+    if (!std::strcmp(t.name, name)) return &t;
+  }
+  return nullptr;
+}
+
+inline const TargetRow& target_row(Isa isa) {
+  for (const TargetRow& t : kTargets) {
+    if (t.isa == isa) return t;
+  }
+  return kTargets[0];
+}
+
+// Dispatch between the forms of attention kernels of one ISA (runtime/src/registry.cpp): above
+// this many keys a kernel built with KEY_BLOCK beats the default form, whose whole score rows of
+// a query tile (query_tile x Skv floats) no longer stay in L2. Measured on AVX-512 with K/V
+// packed per head (bench/RESULTS.md, D64, 2 threads, same-run A/B): rows vs key block 128 are
+// 90 vs 100 ms at S2048 (H16), even at S4096 (H8, 220 vs 218 ms), 1020 vs 909 ms at S8192.
+// bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
+inline constexpr long long kLongKeys = 4096;
+
+// Lanes of one native vector of elements of `element_bytes` bytes.
+inline int lanes_of(const TargetRow& t, int element_bytes) {
+  return t.vector_bytes / element_bytes;
+}
+
+}  // namespace attngen
