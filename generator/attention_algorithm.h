@@ -8,6 +8,7 @@
 #pragma once
 
 #include "Halide.h"
+#include "generator/online_softmax.h"
 
 namespace attngen {
 
@@ -117,9 +118,5 @@ struct LinearFuncs {
 
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,
                           const LinearShape& shape, const std::string& name);
-
-// exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
-// would underflow (x <= -88) exactly 0.
-Halide::Expr softmax_exp(const Halide::Expr& x);
 
 }  // namespace attngen

@@ -1,21 +1,10 @@
 #include "generator/decode_algorithm.h"
 
-#include "generator/attention_algorithm.h"
+#include "generator/online_softmax.h"
 
 namespace attngen {
 
 using namespace Halide;
-
-namespace {
-
-// Masked scores are a large finite negative value, never -inf, for the reason given in
-// attention_algorithm.cpp (fast-math flags may fold comparisons with -inf away).
-constexpr float kMaskedScore = -1e30f;
-constexpr float kMaskedBelow = -1e29f;
-
-Expr is_masked(const Expr& score) { return score <= kMaskedBelow; }
-
-}  // namespace
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   DecodeFuncs f;
