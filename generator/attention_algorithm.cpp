@@ -6,58 +6,22 @@ namespace attngen {
 
 using namespace Halide;
 
+// The pattern definitions of generator/pattern.h on Halide Exprs.
+template <>
+struct PatternOps<Expr> {
+  using Bool = Expr;
+  static Expr always() { return Internal::const_true(); }
+  static Expr abs(const Expr& x) { return Halide::abs(x); }
+  static Expr floor_div(const Expr& x, int n) { return x / n; }  // Halide's / rounds down
+};
+
 namespace {
 
-// Whether query position p (query index i) attends key j under the pattern.
-Expr pattern_attends(const PatternSpec& ps, const Expr& p, const Expr& i, const Expr& j,
-                     const AttentionInputs& in) {
-  switch (ps.kind) {
-    case Pattern::kNone:
-      return Internal::const_true();
-    case Pattern::kWindow: {
-      Expr in_window = Internal::const_true();
-      if (ps.left >= 0) in_window = in_window && j >= p - ps.left;
-      if (ps.right >= 0) in_window = in_window && j <= p + ps.right;
-      return in_window;
-    }
-    case Pattern::kStrided:
-      return abs(p - j) < ps.stride || (p - j) % ps.stride == 0;
-    case Pattern::kBlockSparse:
-      return in.layout(j / ps.block, i / ps.block) != 0;
-    case Pattern::kGlobalLocal:
-      return abs(p - j) <= ps.local || j < ps.global_tokens || p < ps.global_tokens;
-  }
-  return Internal::const_true();
-}
-
-// Whether keys [k0, k1] may hold an attended key for some query of positions [p0, p1] (query
-// indices [i0, ...]): false only where the pattern excludes the whole block. Block-sparse
-// relies on the query tile and the key block each lying in one layout block (plan_attention).
-Expr pattern_visits(const PatternSpec& ps, const Expr& p0, const Expr& p1, const Expr& i0,
-                    const Expr& k0, const Expr& k1, const AttentionInputs& in) {
-  switch (ps.kind) {
-    case Pattern::kNone:
-      return Internal::const_true();
-    case Pattern::kWindow: {
-      Expr visit = Internal::const_true();
-      if (ps.left >= 0) visit = visit && k1 >= p0 - ps.left;
-      if (ps.right >= 0) visit = visit && k0 <= p1 + ps.right;
-      return visit;
-    }
-    case Pattern::kStrided: {
-      // Near the diagonal, or p - j a multiple of the stride for some pair: the differences
-      // span [p0 - k1, p1 - k0]; its largest multiple of the stride must not fall below it.
-      Expr band = k1 > p0 - ps.stride && k0 < p1 + ps.stride;
-      Expr multiple = ((p1 - k0) / ps.stride) * ps.stride >= p0 - k1;  // floor division
-      return band || multiple;
-    }
-    case Pattern::kBlockSparse:
-      return in.layout(k0 / ps.block, i0 / ps.block) != 0;
-    case Pattern::kGlobalLocal:
-      return (k1 >= p0 - ps.local && k0 <= p1 + ps.local) || k0 < ps.global_tokens ||
-             p0 < ps.global_tokens;
-  }
-  return Internal::const_true();
+// The block-sparse layout entry of (query block, key block), as a condition.
+auto layout_lookup(const AttentionInputs& in) {
+  return [&in](const Expr& query_block, const Expr& key_block) {
+    return in.layout(key_block, query_block) != 0;
+  };
 }
 
 // The optional outputs, from a row's final max m (of the scores) and sum l (of exp(s - m)).
@@ -104,7 +68,7 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
     visit = visit && first_key <= last_position;
   }
   visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row, first_key,
-                                  first_key + (block - 1), in);
+                                  first_key + (block - 1), layout_lookup(in));
   f.rb.where(visit);
 
   const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b});
@@ -168,7 +132,8 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;
   }
-  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj, in);
+  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj,
+                                     layout_lookup(in));
   Expr mi = clamp(i, 0, in.seq_q - 1);
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;

@@ -9,29 +9,12 @@
 
 #include "Halide.h"
 #include "generator/online_softmax.h"
+#include "generator/pattern.h"
 
 namespace attngen {
 
 enum class MaskKind { kNone, kCausal };
 enum class MaskTensor { kNone, kBool, kAdditive };
-
-// Sparse attention patterns (docs/semantics.md, "Masks"), for query position p = offset + i and
-// key j, all combinable with causal:
-//   kWindow       p - left <= j <= p + right (-1: unbounded side); a local window w is
-//                 left = right = w - 1
-//   kStrided      |p - j| < stride, or (p - j) mod stride == 0
-//   kBlockSparse  layout[i / block, j / block] != 0, layout a run-time input
-//   kGlobalLocal  |p - j| <= local, or j < global_tokens, or p < global_tokens
-enum class Pattern { kNone, kWindow, kStrided, kBlockSparse, kGlobalLocal };
-
-struct PatternSpec {
-  Pattern kind = Pattern::kNone;
-  int left = -1, right = -1;
-  int stride = 0;
-  int block = 0;
-  int local = 0;
-  int global_tokens = 0;
-};
 
 // Compile-time shape of an attention kernel (generator params).
 struct AttentionSpec {
@@ -40,7 +23,7 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
-  PatternSpec pattern;
+  PatternSpec pattern;   // generator/pattern.h
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
