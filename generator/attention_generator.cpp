@@ -1,5 +1,7 @@
-// attention: O = softmax(mask(scale * Q K^T)) V for BSHD tensors, one kernel per
-// (head dims, mask kind, mask tensor, soft cap) combination; sizes are run-time.
+// attention: O = softmax(mask(scale * Q K^T)) V for BSHD tensors. One kernel per combination of
+// head dims, mask kind, mask tensor, soft cap, sparse pattern and its parameters, extra outputs
+// (weights, log-sum-exp) and algorithm form (whole rows or key blocks), with schedule tunables;
+// sizes are run-time.
 #include "generator/attention_algorithm.h"
 #include "generator/params.h"
 #include "schedules/schedule.h"
@@ -18,7 +20,7 @@ class Attention : public Generator<Attention> {
   GeneratorParam<MaskTensor> mask_tensor{"mask_tensor", MaskTensor::kNone,
                                          attngen::kMaskTensorNames};
   GeneratorParam<bool> softcap{"softcap", false};
-  // Sparse pattern (generator/attention_algorithm.h) and its parameters.
+  // Sparse pattern (generator/pattern.h) and its parameters.
   GeneratorParam<attngen::Pattern> pattern{"pattern", attngen::Pattern::kNone,
                                            attngen::kPatternNames};
   GeneratorParam<int> window_left{"window_left", -1, -1, 1 << 30};
