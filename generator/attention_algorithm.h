@@ -13,9 +13,6 @@
 
 namespace attngen {
 
-enum class MaskKind { kNone, kCausal };
-enum class MaskTensor { kNone, kBool, kAdditive };
-
 // Compile-time shape of an attention kernel (generator params).
 struct AttentionSpec {
   int head_dim_qk = 64;

@@ -1,8 +1,9 @@
-// The sparse attention patterns (docs/semantics.md, "Masks"), defined once for the kernels and
-// the host: templates over the index type T, Halide::Expr in the generator and int64_t in the
-// runtime (runtime/src/pattern.cpp) and the CLI. Halide-free, so the runtime can include it;
-// what the definitions need beyond + - * / < <= && || and `% ... == 0` comes from
-// PatternOps<T>, given here for int64_t and in generator/attention_algorithm.cpp for Expr.
+// The masks and sparse attention patterns (docs/semantics.md, "Masks"): the kinds, and the
+// patterns' definitions once for the kernels and the host: templates over the index type T,
+// Halide::Expr in the generator and int64_t in the runtime (runtime/src/pattern.cpp) and the CLI.
+// Halide-free, so the runtime can include it; what the definitions need beyond + - * / < <= && ||
+// and `% ... == 0` comes from PatternOps<T>, given here for int64_t and in
+// generator/attention_algorithm.cpp for Expr.
 // (`(p - j) % stride == 0` holds for the same pairs under C++'s truncating % and Halide's
 // Euclidean %: the two differ only in the sign of a non-zero remainder.)
 #pragma once
@@ -11,6 +12,9 @@
 #include <cstdlib>
 
 namespace attngen {
+
+enum class MaskKind { kNone, kCausal };
+enum class MaskTensor { kNone, kBool, kAdditive };
 
 // Sparse attention patterns, for query position p = offset + i and key j, all combinable with
 // causal:
