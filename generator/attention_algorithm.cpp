@@ -6,85 +6,22 @@ namespace attngen {
 
 using namespace Halide;
 
-Expr softmax_exp(const Expr& x) {
-  // exp(x) = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2, e^r by a polynomial of
-  // degree 5 fitted for least maximum relative error on that interval, with p(0) = 1 exactly
-  // (1.5e-7 in f32 arithmetic, where Taylor's degree 6, one FMA more, gives 2.1e-7; 3.8e-7 over
-  // [-87, 0] with the reduction). x is clamped at -88:
-  // there n = -127, whose power of two is built as the bit pattern 0, so every x <= -88 (masked
-  // scores, terms far below the maximum) gives exactly 0 with no compare or select, and 2^n is a
-  // normal float everywhere else. Valid for x <= 88; softmax calls it with x <= 0.
-  // (Against Halide's fast_exp behind a select: 12 vector ops instead of 19.)
-  Expr xc = max(x, -88.0f);
-  Expr n = round(xc * 1.44269504f);
-  Expr r = xc - n * 0.693147181f;
-  Expr p = 0.008290315f;
-  for (float c : {0.04189793f, 0.16667636f, 0.4999915f, 0.9999997f, 1.0f}) p = p * r + c;
-  Expr two_n = reinterpret(Float(32), (cast<int32_t>(n) + 127) << 23);
-  return two_n * p;
-}
+// The pattern definitions of generator/pattern.h on Halide Exprs.
+template <>
+struct PatternOps<Expr> {
+  using Bool = Expr;
+  static Expr always() { return Internal::const_true(); }
+  static Expr abs(const Expr& x) { return Halide::abs(x); }
+  static Expr floor_div(const Expr& x, int n) { return x / n; }  // Halide's / rounds down
+};
 
 namespace {
 
-// Masked scores hold a large finite negative value, never -inf: Halide compiles float code with
-// fast-math flags (no NaNs, no infinities), under which a comparison with -inf may be folded
-// away (seen on NEON: NaN rows). Anything at or below kMaskedBelow counts as masked; its exp
-// relative to any real maximum flushes to exactly 0.
-constexpr float kMaskedScore = -1e30f;
-constexpr float kMaskedBelow = -1e29f;
-
-Expr is_masked(const Expr& score) { return score <= kMaskedBelow; }
-
-// Whether query position p (query index i) attends key j under the pattern.
-Expr pattern_attends(const PatternSpec& ps, const Expr& p, const Expr& i, const Expr& j,
-                     const AttentionInputs& in) {
-  switch (ps.kind) {
-    case Pattern::kNone:
-      return Internal::const_true();
-    case Pattern::kWindow: {
-      Expr in_window = Internal::const_true();
-      if (ps.left >= 0) in_window = in_window && j >= p - ps.left;
-      if (ps.right >= 0) in_window = in_window && j <= p + ps.right;
-      return in_window;
-    }
-    case Pattern::kStrided:
-      return abs(p - j) < ps.stride || (p - j) % ps.stride == 0;
-    case Pattern::kBlockSparse:
-      return in.layout(j / ps.block, i / ps.block) != 0;
-    case Pattern::kGlobalLocal:
-      return abs(p - j) <= ps.local || j < ps.global_tokens || p < ps.global_tokens;
-  }
-  return Internal::const_true();
-}
-
-// Whether keys [k0, k1] may hold an attended key for some query of positions [p0, p1] (query
-// indices [i0, ...]): false only where the pattern excludes the whole block. Block-sparse
-// relies on the query tile and the key block each lying in one layout block (plan_attention).
-Expr pattern_visits(const PatternSpec& ps, const Expr& p0, const Expr& p1, const Expr& i0,
-                    const Expr& k0, const Expr& k1, const AttentionInputs& in) {
-  switch (ps.kind) {
-    case Pattern::kNone:
-      return Internal::const_true();
-    case Pattern::kWindow: {
-      Expr visit = Internal::const_true();
-      if (ps.left >= 0) visit = visit && k1 >= p0 - ps.left;
-      if (ps.right >= 0) visit = visit && k0 <= p1 + ps.right;
-      return visit;
-    }
-    case Pattern::kStrided: {
-      // Near the diagonal, or p - j a multiple of the stride for some pair: the differences
-      // span [p0 - k1, p1 - k0]; its largest multiple of the stride must not fall below it.
-      Expr band = k1 > p0 - ps.stride && k0 < p1 + ps.stride;
-      Expr multiple = ((p1 - k0) / ps.stride) * ps.stride >= p0 - k1;  // floor division
-      return band || multiple;
-    }
-    case Pattern::kBlockSparse:
-      return in.layout(k0 / ps.block, i0 / ps.block) != 0;
-    case Pattern::kGlobalLocal:
-      return (k1 >= p0 - ps.local && k0 <= p1 + ps.local) || k0 < ps.global_tokens ||
-             p0 < ps.global_tokens;
-  }
-  return Internal::const_true();
+// The block-sparse layout entry of (query block, key block), as a condition.
+auto layout_lookup(const AttentionInputs& in) {
+  return [&in](const Expr& query_block, const Expr& key_block) {
+    return in.layout(key_block, query_block) != 0;
+  };
 }
 
 // The optional outputs, from a row's final max m (of the scores) and sum l (of exp(s - m)).
@@ -103,7 +40,8 @@ void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Ex
 
 // FlashAttention's merge: per key block its max, exps relative to that max, their sum and their
 // product with V; then the blocks are folded in order into a running (acc, max, sum), rescaling
-// what came before whenever the max grows. Every term is exp(x) with x <= 0, as in the row form.
+// what came before whenever the max grows (both in generator/online_softmax.h, shared with
+// decode). Every term is exp(x) with x <= 0, as in the row form.
 // The running max and sum are carried by every d of the row (a Tuple per element), so the fold
 // is elementwise in d and vectorises or maps to GPU threads without cross-lane traffic. (A form
 // with per-row weights from a history of block maxima was measured slower on AVX-512.)
@@ -120,7 +58,6 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.rk = RDom(0, block, "rk");
   f.rb = RDom(0, (in.seq_kv + block - 1) / block, "rb");
   const RDom &rk = f.rk, &rb = f.rb;
-  Expr key = kb * block + rk;
 
   // Key blocks with at least one attended key for some row of tile qt.
   Expr first_key = rb * block;
@@ -131,46 +68,26 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
     visit = visit && first_key <= last_position;
   }
   visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row, first_key,
-                                  first_key + (block - 1), in);
+                                  first_key + (block - 1), layout_lookup(in));
   f.rb.where(visit);
 
-  f.block_max = Func("block_max");
-  f.block_max(kb, i, h, b) = kMaskedScore;
-  f.block_max(kb, i, h, b) = max(f.block_max(kb, i, h, b), f.scores(key, i, h, b));
-
-  // A fully masked block has a masked max: use 0, so its terms flush to exactly 0.
-  Expr bm = f.block_max(j / block, i, h, b);
-  f.probs = Func("probs");
-  f.probs(j, i, h, b) = softmax_exp(f.scores(j, i, h, b) - select(is_masked(bm), 0.0f, bm));
-
-  f.block_sum = Func("block_sum");
-  f.block_sum(kb, i, h, b) = 0.0f;
-  f.block_sum(kb, i, h, b) += f.probs(key, i, h, b);
-
-  f.block_pv = Func("block_pv");
-  f.block_pv(d, kb, i, h, b) = 0.0f;
-  f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * f.v(d, key, h, b);
+  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b});
+  f.block_max = stats.block_max;
+  f.probs = stats.probs;
+  f.block_sum = stats.block_sum;
+  f.block_pv = stats.block_pv;
 
   f.state = Func("state");
-  f.state(d, qi, qt, h, b) = Tuple(0.0f, kMaskedScore, 0.0f);
-  Expr acc = f.state(d, qi, qt, h, b)[0], m = f.state(d, qi, qt, h, b)[1];
-  Expr l = f.state(d, qi, qt, h, b)[2];
+  f.state(d, qi, qt, h, b) = initial_softmax_state();
   Expr row = qt * tile + qi;
-  Expr bmax = f.block_max(rb, row, h, b);
-  Expr m_new = max(m, bmax);
-  // Weights of the old state and of the new block under the new max: the larger side weighs 1
-  // and the other exp(-|m - bmax|), one exp per element; a side with nothing attended weighs 0.
-  Expr e = softmax_exp(-abs(m - bmax));
-  Expr old_wins = m >= bmax;
-  Expr alpha = select(is_masked(m), 0.0f, old_wins, 1.0f, e);
-  Expr beta = select(is_masked(bmax), 0.0f, old_wins, e, 1.0f);
-  f.state(d, qi, qt, h, b) = Tuple(acc * alpha + f.block_pv(d, rb, row, h, b) * beta, m_new,
-                                   l * alpha + f.block_sum(rb, row, h, b) * beta);
+  const SoftmaxState merged = online_merge(
+      {f.state(d, qi, qt, h, b)[0], f.state(d, qi, qt, h, b)[1], f.state(d, qi, qt, h, b)[2]},
+      {f.block_pv(d, rb, row, h, b), f.block_max(rb, row, h, b), f.block_sum(rb, row, h, b)});
+  f.state(d, qi, qt, h, b) = Tuple(merged.acc, merged.max, merged.sum);
 
-  Expr sum = f.state(d, i % tile, i / tile, h, b)[2];
   f.out = Func("attention");
   f.out(d, h, i, b) =
-      f.state(d, i % tile, i / tile, h, b)[0] * select(sum > 0.0f, 1.0f / sum, 0.0f);
+      normalise(f.state(d, i % tile, i / tile, h, b)[0], f.state(d, i % tile, i / tile, h, b)[2]);
   define_extra_outputs(f, spec, f.state(0, i % tile, i / tile, h, b)[1],
                        f.state(0, i % tile, i / tile, h, b)[2]);
 }
@@ -215,7 +132,8 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;
   }
-  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj, in);
+  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj,
+                                     layout_lookup(in));
   Expr mi = clamp(i, 0, in.seq_q - 1);
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;
@@ -303,7 +221,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);
   f.out = Func("attention");
-  f.out(d, h, i, b) = f.acc(d, i % tile, i / tile, h, b) * select(l > 0.0f, 1.0f / l, 0.0f);
+  f.out(d, h, i, b) = normalise(f.acc(d, i % tile, i / tile, h, b), l);
   define_extra_outputs(f, spec, m_safe, l);
   return f;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "Halide.h"
+#include "generator/online_softmax.h"
 #include "generator/pattern.h"
 
 namespace attngen {
@@ -19,7 +20,7 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
-  PatternSpec pattern;
+  PatternSpec pattern;   // generator/pattern.h
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
@@ -97,9 +98,5 @@ struct LinearFuncs {
 
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,
                           const LinearShape& shape, const std::string& name);
-
-// exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
-// would underflow (x <= -88) exactly 0.
-Halide::Expr softmax_exp(const Halide::Expr& x);
 
 }  // namespace attngen

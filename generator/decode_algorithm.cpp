@@ -1,21 +1,10 @@
 #include "generator/decode_algorithm.h"
 
-#include "generator/attention_algorithm.h"
+#include "generator/online_softmax.h"
 
 namespace attngen {
 
 using namespace Halide;
-
-namespace {
-
-// Masked scores are a large finite negative value, never -inf, for the reason given in
-// attention_algorithm.cpp (fast-math flags may fold comparisons with -inf away).
-constexpr float kMaskedScore = -1e30f;
-constexpr float kMaskedBelow = -1e29f;
-
-Expr is_masked(const Expr& score) { return score <= kMaskedBelow; }
-
-}  // namespace
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   DecodeFuncs f;
@@ -62,24 +51,18 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.scores = Func("scores");
   f.scores(s, r, hk, b) = select(attend, f.dot(s, r, hk, b) * in.scale, kMaskedScore);
 
-  // Per key block, as in the key-block form of attention: its max, exps relative to it, their
-  // sum and their product with V.
+  // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
+  // max, exps relative to it, their sum and their product with V.
   f.rk = RDom(0, block, "rk");
-  const Expr key = kb * block + f.rk;
-  f.block_max = Func("block_max");
-  f.block_max(kb, r, hk, b) = kMaskedScore;
-  f.block_max(kb, r, hk, b) = Halide::max(f.block_max(kb, r, hk, b), f.scores(key, r, hk, b));
-  const Expr bm = f.block_max(s / block, r, hk, b);
-  f.probs = Func("probs");
-  f.probs(s, r, hk, b) = softmax_exp(f.scores(s, r, hk, b) - select(is_masked(bm), 0.0f, bm));
-  f.block_sum = Func("block_sum");
-  f.block_sum(kb, r, hk, b) = 0.0f;
-  f.block_sum(kb, r, hk, b) += f.probs(key, r, hk, b);
-  f.block_pv = Func("block_pv");
-  f.block_pv(d, kb, r, hk, b) = 0.0f;
-  f.block_pv(d, kb, r, hk, b) += f.probs(key, r, hk, b) * f.v(d, key, hk, b);
+  const KeyBlockStats stats =
+      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b});
+  f.block_max = stats.block_max;
+  f.probs = stats.probs;
+  f.block_sum = stats.block_sum;
+  f.block_pv = stats.block_pv;
 
-  // Split sp folds its blocks in order into a running (acc, max, sum). Blocks holding no key any
+  // Split sp folds its blocks in order into a running (acc, max, sum) with attention's online
+  // merge (one exp per element and block). Blocks holding no key any
   // row may attend are skipped: past the filled slots of the sequence, and, in a plain
   // (non-ring) cache with a window, before the window of the first query.
   const Expr blocks = (in.slots + block - 1) / block;
@@ -96,16 +79,12 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.rb.where(f.visit(sp * f.blocks_per_split + f.rb, b));
 
   f.state = Func("split_state");
-  f.state(d, r, sp, hk, b) = Tuple(0.0f, kMaskedScore, 0.0f);
-  const Expr acc = f.state(d, r, sp, hk, b)[0], m = f.state(d, r, sp, hk, b)[1];
-  const Expr l = f.state(d, r, sp, hk, b)[2];
+  f.state(d, r, sp, hk, b) = initial_softmax_state();
   const Expr blk = sp * f.blocks_per_split + f.rb;
-  const Expr bmax = f.block_max(blk, r, hk, b);
-  const Expr m_new = Halide::max(m, bmax);
-  const Expr alpha = select(is_masked(m), 0.0f, softmax_exp(m - m_new));
-  const Expr beta = select(is_masked(bmax), 0.0f, softmax_exp(bmax - m_new));
-  f.state(d, r, sp, hk, b) = Tuple(acc * alpha + f.block_pv(d, blk, r, hk, b) * beta, m_new,
-                                   l * alpha + f.block_sum(blk, r, hk, b) * beta);
+  const SoftmaxState merged = online_merge(
+      {f.state(d, r, sp, hk, b)[0], f.state(d, r, sp, hk, b)[1], f.state(d, r, sp, hk, b)[2]},
+      {f.block_pv(d, blk, r, hk, b), f.block_max(blk, r, hk, b), f.block_sum(blk, r, hk, b)});
+  f.state(d, r, sp, hk, b) = Tuple(merged.acc, merged.max, merged.sum);
 
   // Log-sum-exp merge of the splits: each partial weighs exp(its max - the overall max).
   f.rs = RDom(0, f.splits, "rs");
@@ -124,9 +103,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.acc(d, r, hk, b) += f.state(d, r, f.rs, hk, b)[0] * f.weight(f.rs, r, hk, b);
 
   const Expr row = h % group + group * i, head = h / group;
-  const Expr total = f.sum(row, head, b);
   f.out = Func("decode");
-  f.out(d, h, i, b) = f.acc(d, row, head, b) * select(total > 0.0f, 1.0f / total, 0.0f);
+  f.out(d, h, i, b) = normalise(f.acc(d, row, head, b), f.sum(row, head, b));
   return f;
 }
 

@@ -1,7 +1,6 @@
-// Sparse attention patterns on the host side: the definitions of docs/semantics.md, for tools
-// that draw or count them (the kernels evaluate the same definitions in generated code).
-#include <cstdlib>
-
+// Sparse attention patterns on the host side, for tools that draw or count them: the
+// definitions of generator/pattern.h, which the kernels evaluate in generated code.
+#include "generator/pattern.h"
 #include "attngen/attngen.h"
 
 extern "C" {
@@ -19,21 +18,21 @@ int attngen_pattern_attends(const attngen_pattern* p, int64_t pos, int64_t i, in
     case ATTNGEN_PATTERN_NONE:
       return 1;
     case ATTNGEN_PATTERN_WINDOW:
-      return (p->window_left < 0 || j >= pos - p->window_left) &&
-             (p->window_right < 0 || j <= pos + p->window_right);
+      return attngen::window_attends(pos, j, p->window_left, p->window_right);
     case ATTNGEN_PATTERN_STRIDED:
-      return p->stride > 0 && (std::llabs(pos - j) < p->stride || (pos - j) % p->stride == 0);
+      return p->stride > 0 && attngen::strided_attends(pos, j, p->stride);
     case ATTNGEN_PATTERN_BLOCK_SPARSE: {
       const attngen_tensor* l = p->layout;
       if (p->block <= 0 || l == nullptr || l->data == nullptr || l->rank != 2 || i < 0 || j < 0) {
         return 0;
       }
-      const int64_t r = i / p->block, c = j / p->block;
-      if (r >= l->shape[0] || c >= l->shape[1]) return 0;
-      return static_cast<const uint8_t*>(l->data)[r * l->strides[0] + c * l->strides[1]] != 0;
+      return attngen::block_sparse_attends(i, j, p->block, [l](int64_t r, int64_t c) {
+        if (r >= l->shape[0] || c >= l->shape[1]) return false;
+        return static_cast<const uint8_t*>(l->data)[r * l->strides[0] + c * l->strides[1]] != 0;
+      });
     }
     case ATTNGEN_PATTERN_GLOBAL_LOCAL:
-      return std::llabs(pos - j) <= p->local || j < p->global_tokens || pos < p->global_tokens;
+      return attngen::global_local_attends(pos, j, p->local, p->global_tokens);
     default:
       return 0;
   }
