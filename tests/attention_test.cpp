@@ -10,6 +10,7 @@
 
 #include "attngen/kernel.h"
 #include "tests/attention_tester.h"
+#include "tests/shapes.h"
 
 namespace attngen::test {
 namespace {
@@ -118,6 +119,28 @@ TEST_P(MaskedAttentionKernel, BroadcastMasks) {
   if (k.mask_tensor == ATTNGEN_MASK_TENSOR_BOOL) sparse.bool_mask({1, 2, 30, 4}, 0.3);
   if (k.mask_tensor == ATTNGEN_MASK_TENSOR_ADDITIVE) sparse.additive_mask({1, 2, 30, 4}, 0.3);
   sparse.Test(GetParam());
+}
+
+// Lengths around the units the kernel tiles by (its descriptor's query tile and key block):
+// partial, exact and spilling tiles and blocks, for queries and for keys, with GQA and batches.
+// Small head counts keep the sweep short (it also runs under ASan and qemu).
+TEST_P(AttentionKernel, EdgeLengths) {
+  const attngen_kernel_info& k = *GetParam();
+  std::vector<int64_t> square;  // Sq = Skv
+  for (int64_t sq : edge_lengths(query_tile_of(k))) {
+    square.push_back(sq);
+    if (square.size() % 2) {
+      base(1, 4, 2, sq, sq).Test(GetParam());
+    } else {
+      base(2, 1, 1, sq, sq).Test(GetParam());
+    }
+  }
+  for (int64_t skv : edge_lengths(key_block_of(k))) {
+    base(2, 2, 1, 7, skv).Test(GetParam());
+    if (std::find(square.begin(), square.end(), skv) == square.end()) {
+      base(1, 1, 1, skv, skv).Test(GetParam());
+    }
+  }
 }
 
 TEST_P(AttentionKernel, LongSequence) { base(1, 2, 1, 130, 1031).Test(GetParam()); }
