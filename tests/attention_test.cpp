@@ -10,6 +10,7 @@
 
 #include "attngen/kernel.h"
 #include "tests/attention_tester.h"
+#include "tests/shapes.h"
 
 namespace attngen::test {
 namespace {
@@ -120,6 +121,28 @@ TEST_P(MaskedAttentionKernel, BroadcastMasks) {
   sparse.Test(GetParam());
 }
 
+// Lengths around the units the kernel tiles by (its descriptor's query tile and key block):
+// partial, exact and spilling tiles and blocks, for queries and for keys, with GQA and batches.
+// Small head counts keep the sweep short (it also runs under ASan and qemu).
+TEST_P(AttentionKernel, EdgeLengths) {
+  const attngen_kernel_info& k = *GetParam();
+  std::vector<int64_t> square;  // Sq = Skv
+  for (int64_t sq : edge_lengths(query_tile_of(k))) {
+    square.push_back(sq);
+    if (square.size() % 2) {
+      base(1, 4, 2, sq, sq).Test(GetParam());
+    } else {
+      base(2, 1, 1, sq, sq).Test(GetParam());
+    }
+  }
+  for (int64_t skv : edge_lengths(key_block_of(k))) {
+    base(2, 2, 1, 7, skv).Test(GetParam());
+    if (std::find(square.begin(), square.end(), skv) == square.end()) {
+      base(1, 1, 1, skv, skv).Test(GetParam());
+    }
+  }
+}
+
 TEST_P(AttentionKernel, LongSequence) { base(1, 2, 1, 130, 1031).Test(GetParam()); }
 
 // Sparse-pattern kernels over a sweep of odd lengths around their block sizes, square and not,
@@ -216,20 +239,23 @@ TEST(AttentionDispatch, QueryTileFollowsQueryLength) {
   AttentionTester().batch(1).heads(2, 2).seq(256, 256).head_dim(64).Test();
   const attngen_kernel_info* dflt = attngen_find_kernel(attngen_last_kernel());
   ASSERT_NE(dflt, nullptr);
-  EXPECT_EQ(std::string(dflt->name).find("_qt"), std::string::npos) << dflt->name;
+  EXPECT_EQ(std::string(dflt->variant).find("QUERY_TILE"), std::string::npos) << dflt->variant;
+  // The descriptors say each kernel's resolved tile: a smaller one than the default's, asked for
+  // by the variant, is the short-sequence kernel.
   const attngen_kernel_info* short_tile = nullptr;
   for (const attngen_kernel_info* k : kernels_of(ATTNGEN_OP_ATTENTION)) {
-    if (!std::strcmp(k->isa, dflt->isa) && std::string(k->name).find("_qt") != std::string::npos &&
-        k->head_dim_qk == 64 && k->mask == ATTNGEN_MASK_NONE &&
-        k->pattern.kind == ATTNGEN_PATTERN_NONE && k->key_block == 0 && !k->weights && !k->lse &&
-        !k->mask_tensor && !k->softcap) {
+    if (!std::strcmp(k->isa, dflt->isa) && k->query_tile < dflt->query_tile &&
+        std::string(k->variant).find("QUERY_TILE") != std::string::npos && k->head_dim_qk == 64 &&
+        k->mask == ATTNGEN_MASK_NONE && k->pattern.kind == ATTNGEN_PATTERN_NONE &&
+        k->requested_key_block == 0 && !k->weights && !k->lse && !k->mask_tensor && !k->softcap) {
       short_tile = k;
     }
   }
   if (short_tile == nullptr) GTEST_SKIP() << "no short-tile kernel is built for " << dflt->isa;
-  EXPECT_NE(std::string(short_tile->name).find("_qt" + std::to_string(short_tile->query_tile)),
-            std::string::npos)
-      << short_tile->name << " says its tile is " << short_tile->query_tile;
+  EXPECT_NE(
+      std::string(short_tile->variant).find("QUERY_TILE " + std::to_string(short_tile->query_tile)),
+      std::string::npos)
+      << short_tile->variant << " resolved to the tile " << short_tile->query_tile;
   // ViT: 197 tokens, five rows past three default tiles (64) on AVX-512.
   const int64_t seq = 3 * 2 * short_tile->query_tile + 5;
   AttentionTester().batch(1).heads(2, 2).seq(seq, seq).head_dim(64).Test();

@@ -116,6 +116,22 @@ class AttentionTester {
   void Test(const attngen_kernel_info* kernel = nullptr) const;
 
  private:
+  // The buffers and options of one Test(); the tensors point into it, so it stays in place.
+  struct Call;
+
+  // The steps of Test(), in order.
+  void make_inputs(Call& c, std::mt19937_64& rng) const;
+  void poison_outputs(Call& c) const;
+  void build_options(Call& c, const attngen_kernel_info* kernel, std::mt19937_64& rng) const;
+  void add_kv_len(Call& c) const;
+  void add_mask(Call& c, std::mt19937_64& rng) const;
+  void add_pattern(Call& c, std::mt19937_64& rng) const;
+  void run(Call& c, const attngen_kernel_info* kernel) const;
+  void compare_with_reference(Call& c) const;
+  void check_weights(const Call& c) const;
+  void check_lse(const Call& c) const;
+  void check_gaps(const Call& c) const;
+
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
   bool weights_ = false, lse_ = false;

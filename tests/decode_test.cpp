@@ -6,14 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "tests/decode_tester.h"
 #include "tests/reference.h"
+#include "tests/shapes.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -34,182 +38,9 @@ struct Cache {
   ~Cache() { attngen_kv_cache_destroy(cache); }
 };
 
-View view_of(const attngen_tensor& t) {
-  View w{static_cast<const float*>(t.data), {}, {}};
-  for (int d = 0; d < t.rank; ++d) {
-    w.shape.push_back(t.shape[d]);
-    w.strides.push_back(t.strides[d]);
-  }
-  return w;
+std::string kernel_name(const ::testing::TestParamInfo<const attngen_kernel_info*>& info) {
+  return info.param->name;
 }
-
-// One decoding run: sequences of the given lengths, a first step appending `prefill[b]` tokens
-// of each (attended or not), then steps of up to `chunk` tokens per sequence until every
-// sequence is complete. Every attended output row is checked against the reference.
-struct DecodeCase {
-  int64_t batch = 1, hq = 1, hkv = 1, dqk = 64, dv = 64;
-  int64_t window = -1;   // -1: none; L: ring buffer
-  int64_t capacity = 0;  // 0: the longest sequence (no window) or window + 1
-  int64_t layers = 1, layer = 0;
-  std::vector<int64_t> lengths;  // per sequence
-  std::vector<int32_t> prefill;  // per sequence; empty: none
-  bool attend_prefill = true;
-  int32_t chunk = 1;
-  int32_t kv_splits = 0;
-  int64_t pad = 0;  // padded (strided) q and out
-  const char* kernel = nullptr;
-
-  std::string describe() const {
-    std::string s = "B" + std::to_string(batch) + " H" + std::to_string(hq) + "/" +
-                    std::to_string(hkv) + " D" + std::to_string(dqk) + "/" + std::to_string(dv) +
-                    " lengths";
-    for (int64_t n : lengths) s += " " + std::to_string(n);
-    if (window >= 0) s += " window " + std::to_string(window);
-    s += " capacity " + std::to_string(capacity) + " chunk " + std::to_string(chunk) + " splits " +
-         std::to_string(kv_splits);
-    if (!prefill.empty()) s += attend_prefill ? " prefill" : " prefill (append only)";
-    if (kernel) s += std::string(" kernel ") + kernel;
-    return s;
-  }
-
-  void Run() const {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(describe() + " seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-    const int64_t cap = capacity > 0 ? capacity : (window >= 0 ? window + 1 : longest);
-    // Whole sequences; each step copies its tokens out of them.
-    Storage q({batch, longest, hq, dqk}, 0), k({batch, longest, hkv, dqk}, 0),
-        v({batch, longest, hkv, dv}, 0);
-    q.fill_random(rng, -1.0f, 1.0f);
-    k.fill_random(rng, -1.0f, 1.0f);
-    v.fill_random(rng, -1.0f, 1.0f);
-
-    attngen_kv_cache_options o = attngen_kv_cache_options_default();
-    o.layers = layers;
-    o.batch = batch;
-    o.heads_kv = hkv;
-    o.head_dim_qk = dqk;
-    o.head_dim_v = dv;
-    o.capacity = cap;
-    o.window = window;
-    Cache cache;
-    ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
-
-    // got[b][position] = output row (Hq x Dv), for the attended positions.
-    std::vector<std::vector<double>> got(static_cast<size_t>(batch));
-    std::vector<int64_t> first_attended(static_cast<size_t>(batch), -1);
-    std::vector<int64_t> len(static_cast<size_t>(batch), 0);
-    const int64_t row = hq * dv;
-    for (int step = 0;; ++step) {
-      std::vector<int32_t> counts(static_cast<size_t>(batch));
-      int32_t t = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        const int64_t left = lengths[static_cast<size_t>(b)] - len[static_cast<size_t>(b)];
-        const int64_t want =
-            step == 0 && !prefill.empty() ? prefill[static_cast<size_t>(b)] : chunk;
-        counts[static_cast<size_t>(b)] = static_cast<int32_t>(std::min<int64_t>(want, left));
-        t = std::max(t, counts[static_cast<size_t>(b)]);
-      }
-      if (t == 0) {
-        if (step == 0 && !prefill.empty()) continue;
-        break;
-      }
-      const bool attend = !(step == 0 && !prefill.empty() && !attend_prefill);
-      // The step's tokens. K and V rows past counts[b] stay poisoned (never appended); query
-      // rows past it are random (their outputs must be 0 all the same).
-      Storage sq({batch, t, hq, dqk}, pad), sk({batch, t, hkv, dqk}, 0), sv({batch, t, hkv, dv}, 0);
-      sq.fill_random(rng, -1.0f, 1.0f);
-      for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t i = 0; i < counts[static_cast<size_t>(b)]; ++i) {
-          const int64_t p = len[static_cast<size_t>(b)] + i;
-          for (int64_t h = 0; h < hq; ++h) {
-            for (int64_t d = 0; d < dqk; ++d) {
-              sq.buf[sq.offset({b, i, h, d})] = q.buf[q.offset({b, p, h, d})];
-            }
-          }
-          for (int64_t h = 0; h < hkv; ++h) {
-            for (int64_t d = 0; d < dqk; ++d) {
-              sk.buf[sk.offset({b, i, h, d})] = k.buf[k.offset({b, p, h, d})];
-            }
-            for (int64_t d = 0; d < dv; ++d) {
-              sv.buf[sv.offset({b, i, h, d})] = v.buf[v.offset({b, p, h, d})];
-            }
-          }
-        }
-      }
-      const bool uniform =
-          std::all_of(counts.begin(), counts.end(), [&](int32_t n) { return n == t; });
-      const attngen_tensor t_counts =
-          attngen_tensor_contiguous(counts.data(), ATTNGEN_I32, 1, &batch);
-      const attngen_tensor* counts_arg = uniform ? nullptr : &t_counts;
-      attngen_status st = attngen_kv_cache_append(cache.cache, layer, &sk.t, &sv.t, counts_arg);
-      ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
-      for (int64_t b = 0; b < batch; ++b) {
-        int64_t n = -1;
-        ASSERT_EQ(attngen_kv_cache_length(cache.cache, layer, b, &n), ATTNGEN_OK);
-        EXPECT_EQ(n, len[static_cast<size_t>(b)] + counts[static_cast<size_t>(b)]);
-      }
-      if (attend) {
-        Storage out({batch, t, hq, dv}, pad);
-        attngen_decode_options opt = attngen_decode_options_default();
-        opt.counts = counts_arg;
-        opt.kv_splits = kv_splits;
-        opt.kernel = kernel;
-        st = attngen_decode(&sq.t, cache.cache, layer, &out.t, &opt);
-        ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
-        if (kernel) EXPECT_STREQ(attngen_last_kernel(), kernel);
-        EXPECT_EQ(out.gaps_written(), 0) << "the kernel wrote outside the output view";
-        for (int64_t b = 0; b < batch; ++b) {
-          for (int64_t i = 0; i < t; ++i) {
-            for (int64_t h = 0; h < hq; ++h) {
-              for (int64_t d = 0; d < dv; ++d) {
-                const float x = out.buf[out.offset({b, i, h, d})];
-                if (i < counts[static_cast<size_t>(b)]) {
-                  got[static_cast<size_t>(b)].push_back(x);
-                } else {
-                  ASSERT_EQ(x, 0.0f) << "padding row " << i << " of sequence " << b;
-                }
-              }
-            }
-          }
-          if (first_attended[static_cast<size_t>(b)] < 0 && counts[static_cast<size_t>(b)] > 0) {
-            first_attended[static_cast<size_t>(b)] = len[static_cast<size_t>(b)];
-          }
-        }
-      }
-      for (int64_t b = 0; b < batch; ++b)
-        len[static_cast<size_t>(b)] += counts[static_cast<size_t>(b)];
-    }
-
-    // Per sequence: the reference for its attended positions [first, n), queries aligned
-    // bottom-right over keys [0, n) -- the rows of one full causal pass.
-    std::vector<double> all_got, all_want;
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t n = lengths[static_cast<size_t>(b)],
-                    first = first_attended[static_cast<size_t>(b)];
-      ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
-      View vq = view_of(q.t), vk = view_of(k.t), vv = view_of(v.t);
-      vq.data += q.offset({b, first, 0, 0});
-      vk.data += k.offset({b, 0, 0, 0});
-      vv.data += v.offset({b, 0, 0, 0});
-      vq.shape = {1, n - first, hq, dqk};
-      vk.shape = {1, n, hkv, dqk};
-      vv.shape = {1, n, hkv, dv};
-      RefAttention ref;
-      ref.causal = true;
-      ref.bottom_right = true;
-      const int64_t L = window;
-      if (L >= 0) ref.pattern = [L](int64_t p, int64_t, int64_t j) { return j >= p - L; };
-      const std::vector<double> want = reference_attention(vq, vk, vv, ref);
-      ASSERT_EQ(got[static_cast<size_t>(b)].size(), static_cast<size_t>((n - first) * row));
-      all_got.insert(all_got.end(), got[static_cast<size_t>(b)].begin(),
-                     got[static_cast<size_t>(b)].end());
-      all_want.insert(all_want.end(), want.begin(), want.end());
-    }
-    expect_close_f32(all_got, all_want, max_abs(view_of(v.t)));
-  }
-};
 
 class DecodeKernel : public ::testing::TestWithParam<const attngen_kernel_info*> {
  protected:
@@ -219,92 +50,67 @@ class DecodeKernel : public ::testing::TestWithParam<const attngen_kernel_info*>
                    << ", which this machine lacks";
     }
   }
-  DecodeCase base(int64_t batch, int64_t hq, int64_t hkv, std::vector<int64_t> lengths) const {
-    DecodeCase c;
-    c.batch = batch;
-    c.hq = hq;
-    c.hkv = hkv;
-    c.dqk = GetParam()->head_dim_qk;
-    c.dv = GetParam()->head_dim_v;
-    c.lengths = std::move(lengths);
-    c.kernel = GetParam()->name;
-    return c;
+  // A tester for this kernel's head dims.
+  DecodeTester base(int64_t batch, int64_t hq, int64_t hkv) const {
+    DecodeTester t;
+    t.batch(batch).heads(hq, hkv).head_dim(GetParam()->head_dim_qk, GetParam()->head_dim_v);
+    return t;
   }
 };
 
-std::string kernel_name(const ::testing::TestParamInfo<const attngen_kernel_info*>& info) {
-  return info.param->name;
-}
-
 TEST_P(DecodeKernel, TokenByTokenEqualsFullCausalPass) {
-  base(1, 3, 3, {37}).Run();
-  base(2, 2, 2, {1, 1}).Run();
+  base(1, 3, 3).steps(37).Test(GetParam());
+  base(2, 2, 2).steps(1).Test(GetParam());
 }
 
 TEST_P(DecodeKernel, GroupedQuery) {
-  base(2, 8, 2, {29, 29}).Run();  // g = 4
-  base(1, 6, 1, {33}).Run();      // multi-query, g = 6
-  base(1, 5, 5, {20}).Run();      // g = 1, odd head count
+  base(2, 8, 2).steps(29).Test(GetParam());  // g = 4
+  base(1, 6, 1).steps(33).Test(GetParam());  // multi-query, g = 6
+  base(1, 5, 5).steps(20).Test(GetParam());  // g = 1, odd head count
 }
 
 TEST_P(DecodeKernel, RingBufferWindow) {
   // Exactly L + 1 slots, token by token: every slot is overwritten several times.
-  DecodeCase c = base(2, 4, 2, {41, 41});
-  c.window = 5;
-  c.Run();
+  base(2, 4, 2).window(5).steps(41).Test(GetParam());
   // A larger ring, filled in chunks of up to capacity - L tokens (several queries per call).
-  c = base(1, 6, 3, {53});
-  c.window = 7;
-  c.capacity = 11;
-  c.chunk = 4;
-  c.prefill = {4};
-  c.Run();
+  base(1, 6, 3).window(7).capacity(11).prefill(4).new_tokens(4).lengths({53}).Test(GetParam());
+  // Cached tokens wrap the ring in appends of capacity - L before the queries of a step.
+  base(2, 4, 2).window(6).cached(40).new_tokens(3).steps(2).Test(GetParam());
 }
 
 TEST_P(DecodeKernel, WindowInALargeCache) {
   // The ring never wraps: key blocks wholly before the window are skipped.
-  DecodeCase c = base(1, 2, 1, {150});
-  c.window = 20;
-  c.capacity = 200;
-  c.prefill = {140};
-  c.attend_prefill = false;
-  c.Run();
+  base(1, 2, 1).window(20).capacity(200).cached(140).steps(10).Test(GetParam());
 }
 
 TEST_P(DecodeKernel, ChunkedQueries) {
   // A prompt attended at once, then steps of 3 queries: Sq > 1 with causal masking among them.
-  DecodeCase c = base(2, 4, 2, {26, 26});
-  c.prefill = {17, 17};
-  c.chunk = 3;
-  c.Run();
-  c = base(1, 3, 1, {40});
-  c.chunk = 16;
-  c.pad = 3;  // strided q and out
-  c.Run();
+  base(2, 4, 2).prefill(17).new_tokens(3).steps(3).Test(GetParam());
+  // Strided q and out, the last step shorter than the others.
+  base(1, 3, 1).new_tokens(16).lengths({40}).padded(3).Test(GetParam());
 }
 
 TEST_P(DecodeKernel, BatchOfDifferentLengths) {
   // Prompts of 5, 12 and 1 tokens appended in one call (counts), then token by token until
-  // each sequence is complete; finished sequences append and attend nothing (counts 0).
-  DecodeCase c = base(3, 4, 2, {9, 20, 7});
-  c.prefill = {5, 12, 1};
-  c.Run();
-  c.window = 4;
-  c.capacity = 0;
-  c.prefill = {1, 1, 1};
-  c.Run();
+  // each sequence is complete; finished sequences append and attend nothing (counts 0), and
+  // their query rows past the count are written as 0.
+  base(3, 4, 2).prefill({5, 12, 1}).lengths({9, 20, 7}).Test(GetParam());
+  base(3, 4, 2).window(4).prefill(1).lengths({9, 20, 7}).Test(GetParam());
 }
 
 TEST_P(DecodeKernel, SplitKv) {
   // A long cache: however the keys are split, the merged result is the same.
   for (int32_t splits : {0, 1, 3, 7, 5000}) {
-    DecodeCase c = base(1, 4, 2, {1003});
-    c.prefill = {1000};
-    c.attend_prefill = false;
-    c.kv_splits = splits;
-    c.layers = 3;
-    c.layer = 2;
-    c.Run();
+    base(1, 4, 2).layers(3, 2).cached(1000).steps(3).kv_splits(splits).Test(GetParam());
+  }
+}
+
+// Cache lengths around the kernel's key block: exactly one block, one key short of it, one
+// into the next, and two blocks and a key; plain and through a window of as many keys.
+TEST_P(DecodeKernel, EdgeLengths) {
+  for (int64_t n : edge_lengths(key_block_of(*GetParam()))) {
+    base(2, 4, 2).cached(n - 1).Test(GetParam());
+    base(1, 3, 1).window(n - 1).cached(n + 5).new_tokens(2).Test(GetParam());
   }
 }
 

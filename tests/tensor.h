@@ -1,10 +1,13 @@
-// Test helpers: strided float storage with poisoned gaps, random fill, contract tolerances.
+// Test helpers: strided storage of any element type with poisoned gaps, random fill, and the
+// contract's tolerance per dtype (docs/semantics.md, "Precision and tolerance").
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -29,6 +32,55 @@ inline bool is_poison(float f) {
   return bits == 0x7fc0dead;
 }
 
+// What the tests need to know of an element type: its attngen_dtype, its poison value, and
+// conversions to and from double. Adding a dtype is one entry, e.g. for f16 stored as bits:
+//   struct Half { uint16_t bits; };
+//   template <> struct ElementTraits<Half> {
+//     static constexpr attngen_dtype kDtype = ATTNGEN_F16;
+//     static Half poison() { return {0x7e5d}; }  // a quiet NaN with a payload
+//     static bool is_poison(Half h) { return h.bits == 0x7e5d; }
+//     static double to_double(Half h);           // IEEE binary16 -> double
+//     static Half from_double(double x);         // round to nearest even
+//   };
+// (bf16 alike, with the upper 16 bits of a float32), plus its row in kTolerances below.
+template <typename T>
+struct ElementTraits;
+
+template <>
+struct ElementTraits<float> {
+  static constexpr attngen_dtype kDtype = ATTNGEN_F32;
+  static float poison() { return test::poison(); }
+  static bool is_poison(float f) { return test::is_poison(f); }
+  static double to_double(float f) { return f; }
+  static float from_double(double x) { return static_cast<float>(x); }
+};
+
+// The contract's error bounds against the float64 reference, per storage dtype: relative L2
+// error <= rel_l2 and, where the contract gives one, max abs error <= abs_per_max * max|V| +
+// abs_floor (abs_per_max 0: no max-abs bound is documented, only the relative L2 one).
+struct Tolerance {
+  attngen_dtype dtype;
+  double rel_l2;
+  double abs_per_max;
+  double abs_floor;
+};
+
+// docs/semantics.md: f32 as checked since the first kernels; f16 and bf16 are the documented
+// targets for storage in those types with f32 accumulation (no such kernel exists yet).
+inline constexpr Tolerance kTolerances[] = {
+    {ATTNGEN_F32, 1e-5, 1e-5, 1e-6},
+    {ATTNGEN_F16, 5e-3, 0.0, 0.0},
+    {ATTNGEN_BF16, 2e-2, 0.0, 0.0},
+};
+
+inline const Tolerance& tolerance_of(attngen_dtype dtype) {
+  for (const Tolerance& t : kTolerances) {
+    if (t.dtype == dtype) return t;
+  }
+  ADD_FAILURE() << "no tolerance for dtype " << static_cast<int>(dtype);
+  return kTolerances[0];
+}
+
 // Seeds differ per run; failures print the seed (SCOPED_TRACE) so a case can be replayed by
 // setting ATTNGEN_TEST_SEED.
 inline uint64_t fresh_seed() {
@@ -36,18 +88,23 @@ inline uint64_t fresh_seed() {
   return std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
 }
 
-// Float storage for a tensor of `shape` whose non-innermost strides are padded by `pad`
-// elements per dimension (0 = dense), filled with poison.
-struct Storage {
-  std::vector<float> buf;
+// Storage of element type T for a tensor of `shape` whose non-innermost strides are padded by
+// `pad` elements per dimension (0 = dense), filled with poison. `t` describes the logical
+// tensor to the API and carries T's dtype.
+template <typename T>
+struct Tensor {
+  using Traits = ElementTraits<T>;
+  static constexpr attngen_dtype kDtype = Traits::kDtype;
+
+  std::vector<T> buf;
   attngen_tensor t{};
 
-  Storage() = default;
-  Storage(std::vector<int64_t> shape, int64_t pad) { init(std::move(shape), pad); }
+  Tensor() = default;
+  Tensor(std::vector<int64_t> shape, int64_t pad) { init(std::move(shape), pad); }
 
   void init(std::vector<int64_t> shape, int64_t pad) {
     const int rank = static_cast<int>(shape.size());
-    t.dtype = ATTNGEN_F32;
+    t.dtype = kDtype;
     t.rank = rank;
     int64_t stride = 1;
     for (int d = rank - 1; d >= 0; --d) {
@@ -55,7 +112,7 @@ struct Storage {
       t.strides[d] = stride;
       stride *= shape[d] + (d == rank - 1 ? pad : (pad ? 1 : 0));
     }
-    buf.assign(static_cast<size_t>(stride), poison());
+    buf.assign(static_cast<size_t>(stride), Traits::poison());
     t.data = buf.data();
   }
 
@@ -64,6 +121,9 @@ struct Storage {
     for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides[d];
     return off;
   }
+
+  double get(int64_t off) const { return Traits::to_double(buf[static_cast<size_t>(off)]); }
+  void set(int64_t off, double x) { buf[static_cast<size_t>(off)] = Traits::from_double(x); }
 
   // Calls f(index, offset) for every logical element.
   template <typename F>
@@ -85,39 +145,63 @@ struct Storage {
     return n;
   }
 
-  void fill_random(std::mt19937_64& rng, float lo, float hi) {
-    std::uniform_real_distribution<float> dist(lo, hi);
-    for_each([&](const std::vector<int64_t>&, int64_t off) {
-      buf[static_cast<size_t>(off)] = dist(rng);
-    });
+  // Uniform in [lo, hi), rounded to T.
+  void fill_random(std::mt19937_64& rng, double lo, double hi) {
+    std::uniform_real_distribution<float> dist(static_cast<float>(lo), static_cast<float>(hi));
+    for_each([&](const std::vector<int64_t>&, int64_t off) { set(off, dist(rng)); });
+  }
+
+  // Integers in [-n, n], exact in every dtype for small n.
+  void fill_integers(std::mt19937_64& rng, int n) {
+    std::uniform_int_distribution<int> dist(-n, n);
+    for_each([&](const std::vector<int64_t>&, int64_t off) { set(off, dist(rng)); });
   }
 
   // Logical elements, densely, as doubles.
   std::vector<double> dense() const {
     std::vector<double> out;
     out.reserve(static_cast<size_t>(count()));
-    for_each([&](const std::vector<int64_t>&, int64_t off) {
-      out.push_back(buf[static_cast<size_t>(off)]);
-    });
+    for_each([&](const std::vector<int64_t>&, int64_t off) { out.push_back(get(off)); });
     return out;
   }
 
-  // Every element outside the logical tensor still holds poison.
+  // Elements outside the logical tensor that no longer hold poison.
   int64_t gaps_written() const {
     std::vector<bool> logical(buf.size(), false);
     for_each([&](const std::vector<int64_t>&, int64_t off) {
       logical[static_cast<size_t>(off)] = true;
     });
     int64_t n = 0;
-    for (size_t i = 0; i < buf.size(); ++i) n += !logical[i] && !is_poison(buf[i]);
+    for (size_t i = 0; i < buf.size(); ++i) n += !logical[i] && !Traits::is_poison(buf[i]);
     return n;
+  }
+
+  // Whether every element, logical or gap, still holds poison (nothing was written).
+  bool all_poison() const {
+    return std::all_of(buf.begin(), buf.end(), [](const T& x) { return Traits::is_poison(x); });
   }
 };
 
-// The contract's f32 tolerance: relative L2 <= 1e-5 and max abs <= 1e-5 * max|V| + 1e-6.
-inline void expect_close_f32(const std::vector<double>& got, const std::vector<double>& want,
-                             double max_abs_v) {
+// The tests' float32 storage (the only dtype the kernels take today).
+using Storage = Tensor<float>;
+
+// A float32 view of an attngen_tensor for the reference, which reads float32; other dtypes
+// would widen their storage to a Tensor<float> first.
+inline View view_of(const attngen_tensor& t) {
+  View w{static_cast<const float*>(t.data), {}, {}};
+  for (int d = 0; d < t.rank; ++d) {
+    w.shape.push_back(t.shape[d]);
+    w.strides.push_back(t.strides[d]);
+  }
+  return w;
+}
+
+// got against the float64 reference `want` with the tolerance of `dtype`; max_abs_v scales the
+// max-abs bound (max|V| for attention outputs, 1 for weights).
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                         double max_abs_v, attngen_dtype dtype) {
   ASSERT_EQ(got.size(), want.size());
+  const Tolerance& tol = tolerance_of(dtype);
   double err2 = 0, ref2 = 0, max_err = 0;
   int64_t not_finite = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -132,8 +216,17 @@ inline void expect_close_f32(const std::vector<double>& got, const std::vector<d
   }
   EXPECT_EQ(not_finite, 0) << "outputs not written or not finite";
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_LE(rel, 1e-5) << "relative L2 error";
-  EXPECT_LE(max_err, 1e-5 * max_abs_v + 1e-6) << "max abs error (max|V| = " << max_abs_v << ")";
+  EXPECT_LE(rel, tol.rel_l2) << "relative L2 error";
+  if (tol.abs_per_max > 0) {
+    EXPECT_LE(max_err, tol.abs_per_max * max_abs_v + tol.abs_floor)
+        << "max abs error (max|V| = " << max_abs_v << ")";
+  }
+}
+
+// The contract's f32 tolerance: relative L2 <= 1e-5 and max abs <= 1e-5 * max|V| + 1e-6.
+inline void expect_close_f32(const std::vector<double>& got, const std::vector<double>& want,
+                             double max_abs_v) {
+  expect_close(got, want, max_abs_v, ATTNGEN_F32);
 }
 
 inline double max_abs(const std::vector<double>& x) {

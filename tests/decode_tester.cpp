@@ -1,0 +1,270 @@
+#include "tests/decode_tester.h"
+
+#include <algorithm>
+
+namespace attngen::test {
+namespace {
+
+bool fatal() { return ::testing::Test::HasFatalFailure(); }
+
+size_t at(int64_t b) { return static_cast<size_t>(b); }
+
+// counts as the API takes them: NULL where every sequence takes all t tokens.
+struct Counts {
+  std::vector<int32_t> n;
+  attngen_tensor t{};
+  const attngen_tensor* arg = nullptr;
+
+  explicit Counts(const std::vector<int32_t>& counts) : n(counts) {
+    const int64_t b = static_cast<int64_t>(n.size());
+    t = attngen_tensor_contiguous(n.data(), ATTNGEN_I32, 1, &b);
+    const int32_t most = *std::max_element(n.begin(), n.end());
+    if (std::any_of(n.begin(), n.end(), [most](int32_t c) { return c != most; })) arg = &t;
+  }
+  Counts(const Counts&) = delete;
+};
+
+}  // namespace
+
+struct DecodeTester::Run {
+  const attngen_kernel_info* kernel = nullptr;
+  // Per sequence: tokens before the steps, and the final length.
+  std::vector<int64_t> prefix, lengths;
+  int64_t longest = 0, capacity = 0;
+  // Whole sequences [B, longest, H, D]; each call copies its tokens out of them.
+  Storage q, k, v;
+  attngen_kv_cache* cache = nullptr;
+  // Per sequence: positions appended so far, the first position attended (-1: none yet), and
+  // the output rows (Hq x Dv each) of the attended positions, in order.
+  std::vector<int64_t> len, first_attended;
+  std::vector<std::vector<double>> got;
+
+  Run() = default;
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+  ~Run() { attngen_kv_cache_destroy(cache); }
+};
+
+std::string DecodeTester::describe() const {
+  std::string s = "B" + std::to_string(batch_) + " H" + std::to_string(hq_) + "/" +
+                  std::to_string(hkv_) + " D" + std::to_string(dqk_) + "/" + std::to_string(dv_);
+  if (!prefix_.empty()) {
+    s += attend_prefix_ ? " prefill" : " cached";
+    for (int64_t n : prefix_) s += " " + std::to_string(n);
+  }
+  s += " new_tokens " + std::to_string(new_tokens_);
+  if (lengths_.empty()) {
+    s += " steps " + std::to_string(steps_);
+  } else {
+    s += " lengths";
+    for (int64_t n : lengths_) s += " " + std::to_string(n);
+  }
+  if (window_ >= 0) s += " window " + std::to_string(window_);
+  if (capacity_) s += " capacity " + std::to_string(capacity_);
+  if (layers_ != 1) s += " layer " + std::to_string(layer_) + "/" + std::to_string(layers_);
+  s += " splits " + std::to_string(kv_splits_);
+  if (pad_) s += " padded";
+  return s;
+}
+
+void DecodeTester::Test(const attngen_kernel_info* kernel) const {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(describe() + " seed " + std::to_string(seed) +
+               (kernel ? std::string(" kernel ") + kernel->name : std::string()));
+  std::mt19937_64 rng(seed);
+
+  Run r;
+  r.kernel = kernel;
+  plan(r);
+  if (fatal()) return;
+  make_sequences(r, rng);
+  create_cache(r);
+  if (fatal()) return;
+  fill_prefix(r, rng);
+  if (fatal()) return;
+  while (true) {
+    std::vector<int32_t> counts(at(batch_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      counts[at(b)] =
+          static_cast<int32_t>(std::min<int64_t>(new_tokens_, r.lengths[at(b)] - r.len[at(b)]));
+    }
+    if (*std::max_element(counts.begin(), counts.end()) == 0) break;
+    step(r, counts, /*attend=*/true, rng);
+    if (fatal()) return;
+  }
+  compare_with_reference(r);
+}
+
+// Per-sequence prefix and lengths, and the cache's capacity.
+void DecodeTester::plan(Run& r) const {
+  const auto per_sequence = [&](const std::vector<int64_t>& n, const char* what) {
+    if (n.size() == 1) return std::vector<int64_t>(at(batch_), n[0]);
+    EXPECT_EQ(n.size(), at(batch_)) << what << " needs one value or one per sequence";
+    return n;
+  };
+  r.prefix = prefix_.empty() ? std::vector<int64_t>(at(batch_), 0)
+                             : per_sequence(prefix_, "cached()/prefill()");
+  if (lengths_.empty()) {
+    r.lengths = r.prefix;
+    for (int64_t& n : r.lengths) n += steps_ * new_tokens_;
+  } else {
+    r.lengths = per_sequence(lengths_, "lengths()");
+  }
+  ASSERT_EQ(r.prefix.size(), at(batch_));
+  ASSERT_EQ(r.lengths.size(), at(batch_));
+  r.longest = *std::max_element(r.lengths.begin(), r.lengths.end());
+  ASSERT_GT(r.longest, 0) << "nothing to decode";
+  int64_t per_call = new_tokens_;
+  if (attend_prefix_)
+    per_call = std::max(per_call, *std::max_element(r.prefix.begin(), r.prefix.end()));
+  r.capacity = capacity_ > 0 ? capacity_ : window_ >= 0 ? window_ + per_call : r.longest;
+  r.len.assign(at(batch_), 0);
+  r.first_attended.assign(at(batch_), -1);
+  r.got.assign(at(batch_), {});
+}
+
+// Fresh random q, k and v for every position of every sequence.
+void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
+  r.q.init({batch_, r.longest, hq_, dqk_}, 0);
+  r.k.init({batch_, r.longest, hkv_, dqk_}, 0);
+  r.v.init({batch_, r.longest, hkv_, dv_}, 0);
+  r.q.fill_random(rng, -1.0, 1.0);
+  r.k.fill_random(rng, -1.0, 1.0);
+  r.v.fill_random(rng, -1.0, 1.0);
+}
+
+void DecodeTester::create_cache(Run& r) const {
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = layers_;
+  o.batch = batch_;
+  o.heads_kv = hkv_;
+  o.head_dim_qk = dqk_;
+  o.head_dim_v = dv_;
+  o.capacity = r.capacity;
+  o.window = window_;
+  o.dtype = Storage::kDtype;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &r.cache), ATTNGEN_OK) << attngen_last_error();
+}
+
+// A prompt in one call, attended; or cached tokens, appended only (a ring buffer in appends of
+// at most capacity - window tokens).
+void DecodeTester::fill_prefix(Run& r, std::mt19937_64& rng) const {
+  const int64_t limit = window_ >= 0 ? r.capacity - window_ : r.capacity;
+  while (true) {
+    std::vector<int32_t> counts(at(batch_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      const int64_t left = std::min(r.prefix[at(b)], r.lengths[at(b)]) - r.len[at(b)];
+      counts[at(b)] = static_cast<int32_t>(attend_prefix_ ? left : std::min(left, limit));
+    }
+    if (*std::max_element(counts.begin(), counts.end()) == 0) return;
+    step(r, counts, attend_prefix_, rng);
+    if (fatal() || attend_prefix_) return;
+  }
+}
+
+// One call's tokens: the next counts[b] positions of each sequence appended, and their queries
+// decoded if `attend`. K and V rows past counts[b] stay poisoned (they are never appended);
+// query rows past it are random (their outputs must be 0 all the same).
+void DecodeTester::step(Run& r, const std::vector<int32_t>& counts, bool attend,
+                        std::mt19937_64& rng) const {
+  const int32_t t = *std::max_element(counts.begin(), counts.end());
+  Storage q, k({batch_, t, hkv_, dqk_}, 0), v({batch_, t, hkv_, dv_}, 0);
+  if (attend) {
+    q.init({batch_, t, hq_, dqk_}, pad_);
+    q.fill_random(rng, -1.0, 1.0);
+  }
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t i = 0; i < counts[at(b)]; ++i) {
+      const int64_t p = r.len[at(b)] + i;
+      for (int64_t h = 0; h < hkv_; ++h) {
+        for (int64_t d = 0; d < dqk_; ++d)
+          k.set(k.offset({b, i, h, d}), r.k.get(r.k.offset({b, p, h, d})));
+        for (int64_t d = 0; d < dv_; ++d)
+          v.set(v.offset({b, i, h, d}), r.v.get(r.v.offset({b, p, h, d})));
+      }
+      if (!attend) continue;
+      for (int64_t h = 0; h < hq_; ++h) {
+        for (int64_t d = 0; d < dqk_; ++d)
+          q.set(q.offset({b, i, h, d}), r.q.get(r.q.offset({b, p, h, d})));
+      }
+    }
+  }
+  append(r, counts, k, v);
+  if (fatal()) return;
+  if (attend) decode(r, counts, q);
+  for (int64_t b = 0; b < batch_; ++b) r.len[at(b)] += counts[at(b)];
+}
+
+// The append succeeds, and each sequence's length grows by its count.
+void DecodeTester::append(Run& r, const std::vector<int32_t>& counts, const Storage& k,
+                          const Storage& v) const {
+  const Counts c(counts);
+  const attngen_status st = attngen_kv_cache_append(r.cache, layer_, &k.t, &v.t, c.arg);
+  ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+  for (int64_t b = 0; b < batch_; ++b) {
+    int64_t n = -1;
+    ASSERT_EQ(attngen_kv_cache_length(r.cache, layer_, b, &n), ATTNGEN_OK);
+    EXPECT_EQ(n, r.len[at(b)] + counts[at(b)]) << "length of sequence " << b;
+  }
+}
+
+// The decode into a poisoned output: rows past counts[b] must be 0, the gaps untouched; the
+// other rows are kept for the comparison with the reference.
+void DecodeTester::decode(Run& r, const std::vector<int32_t>& counts, const Storage& q) const {
+  const Counts c(counts);
+  const int64_t t = q.t.shape[1];
+  Storage out({batch_, t, hq_, dv_}, pad_);
+  attngen_decode_options opt = attngen_decode_options_default();
+  opt.counts = c.arg;
+  opt.kv_splits = kv_splits_;
+  opt.kernel = r.kernel ? r.kernel->name : nullptr;
+  const attngen_status st = attngen_decode(&q.t, r.cache, layer_, &out.t, &opt);
+  ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+  if (r.kernel) EXPECT_STREQ(attngen_last_kernel(), r.kernel->name);
+  EXPECT_EQ(out.gaps_written(), 0) << "the kernel wrote outside the output view";
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t h = 0; h < hq_; ++h) {
+        for (int64_t d = 0; d < dv_; ++d) {
+          const double x = out.get(out.offset({b, i, h, d}));
+          if (i < counts[at(b)]) {
+            r.got[at(b)].push_back(x);
+          } else {
+            ASSERT_EQ(x, 0.0) << "padding row " << i << " of sequence " << b;
+          }
+        }
+      }
+    }
+    if (r.first_attended[at(b)] < 0 && counts[at(b)] > 0) r.first_attended[at(b)] = r.len[at(b)];
+  }
+}
+
+// Per sequence: the reference for its attended positions [first, n), queries aligned
+// bottom-right over keys [0, n) -- the rows of one full causal pass (with a window, the local
+// pattern p - L <= j <= p).
+void DecodeTester::compare_with_reference(const Run& r) const {
+  std::vector<double> all_got, all_want;
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int64_t n = r.lengths[at(b)], first = r.first_attended[at(b)];
+    ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
+    View vq = view_of(r.q.t), vk = view_of(r.k.t), vv = view_of(r.v.t);
+    vq.data += r.q.offset({b, first, 0, 0});
+    vk.data += r.k.offset({b, 0, 0, 0});
+    vv.data += r.v.offset({b, 0, 0, 0});
+    vq.shape = {1, n - first, hq_, dqk_};
+    vk.shape = {1, n, hkv_, dqk_};
+    vv.shape = {1, n, hkv_, dv_};
+    RefAttention ref;
+    ref.causal = true;
+    ref.bottom_right = true;
+    const int64_t L = window_;
+    if (L >= 0) ref.pattern = [L](int64_t p, int64_t, int64_t j) { return j >= p - L; };
+    const std::vector<double> want = reference_attention(vq, vk, vv, ref);
+    ASSERT_EQ(r.got[at(b)].size(), at((n - first) * hq_ * dv_)) << "rows of sequence " << b;
+    all_got.insert(all_got.end(), r.got[at(b)].begin(), r.got[at(b)].end());
+    all_want.insert(all_want.end(), want.begin(), want.end());
+  }
+  expect_close(all_got, all_want, max_abs(view_of(r.v.t)), Storage::kDtype);
+}
+
+}  // namespace attngen::test

@@ -1,0 +1,126 @@
+// A fluent tester for incremental decoding, in the style of AttentionTester:
+//   DecodeTester().batch(2).heads(8, 2).head_dim(128).cached(300).new_tokens(3).window(64)
+//       .Test(kernel);
+// Test() makes a KV cache through the public API, appends fresh random K/V (a prompt or cached
+// tokens first, then steps of new tokens), decodes each step's queries into a poisoned output,
+// and checks every output row: the attended ones against one full causal pass over the whole
+// sequence (the float64 reference, windowed for a ring buffer), the rows past a sequence's
+// count as 0, the gaps of strided outputs as untouched.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/reference.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+
+class DecodeTester {
+ public:
+  DecodeTester& batch(int64_t b) {
+    batch_ = b;
+    return *this;
+  }
+  DecodeTester& heads(int64_t hq, int64_t hkv) {
+    hq_ = hq;
+    hkv_ = hkv;
+    return *this;
+  }
+  DecodeTester& head_dim(int64_t dqk, int64_t dv = 0) {
+    dqk_ = dqk;
+    dv_ = dv ? dv : dqk;
+    return *this;
+  }
+  // Tokens already in the cache when decoding starts (appended, never attended), one count
+  // for every sequence or one per sequence. A ring buffer takes them in appends of at most
+  // capacity - window tokens.
+  DecodeTester& cached(int64_t n) { return prefix({n}, false); }
+  DecodeTester& cached(std::vector<int64_t> n) { return prefix(std::move(n), false); }
+  // A prompt appended in one call whose queries are attended too (counts where they differ).
+  DecodeTester& prefill(int64_t n) { return prefix({n}, true); }
+  DecodeTester& prefill(std::vector<int64_t> n) { return prefix(std::move(n), true); }
+  // Then steps of `t` new tokens per sequence (one append and one decode call each).
+  DecodeTester& new_tokens(int32_t t) {
+    new_tokens_ = t;
+    return *this;
+  }
+  // How many steps (default 1), or, with lengths(), until each sequence reaches its length (the
+  // last step of a sequence may be shorter; finished sequences take part with a count of 0).
+  DecodeTester& steps(int64_t s) {
+    steps_ = s;
+    return *this;
+  }
+  DecodeTester& lengths(std::vector<int64_t> n) {
+    lengths_ = std::move(n);
+    return *this;
+  }
+  // A ring buffer keeping the last `left` + 1 positions at least.
+  DecodeTester& window(int64_t left) {
+    window_ = left;
+    return *this;
+  }
+  // Slots per sequence; 0 (default): the longest sequence, or for a window the window plus the
+  // most tokens one call takes.
+  DecodeTester& capacity(int64_t c) {
+    capacity_ = c;
+    return *this;
+  }
+  // A cache of `n` layers, of which `layer` is used.
+  DecodeTester& layers(int64_t n, int64_t layer) {
+    layers_ = n;
+    layer_ = layer;
+    return *this;
+  }
+  DecodeTester& kv_splits(int32_t s) {
+    kv_splits_ = s;
+    return *this;
+  }
+  // Strided q and out: rows padded by `pad` floats, outer dims by one element.
+  DecodeTester& padded(int64_t pad) {
+    pad_ = pad;
+    return *this;
+  }
+
+  std::string describe() const;
+
+  // Runs `kernel` (by name) for every decode call and checks it; with kernel == nullptr the
+  // runtime chooses.
+  void Test(const attngen_kernel_info* kernel = nullptr) const;
+
+ private:
+  // One Test()'s sequences, cache and outputs so far.
+  struct Run;
+
+  DecodeTester& prefix(std::vector<int64_t> n, bool attend) {
+    prefix_ = std::move(n);
+    attend_prefix_ = attend;
+    return *this;
+  }
+
+  // The steps of Test(), in order.
+  void plan(Run& r) const;
+  void make_sequences(Run& r, std::mt19937_64& rng) const;
+  void create_cache(Run& r) const;
+  void fill_prefix(Run& r, std::mt19937_64& rng) const;
+  void step(Run& r, const std::vector<int32_t>& counts, bool attend, std::mt19937_64& rng) const;
+  void append(Run& r, const std::vector<int32_t>& counts, const Storage& k, const Storage& v) const;
+  void decode(Run& r, const std::vector<int32_t>& counts, const Storage& q) const;
+  void compare_with_reference(const Run& r) const;
+
+  int64_t batch_ = 1, hq_ = 1, hkv_ = 1, dqk_ = 64, dv_ = 64;
+  std::vector<int64_t> prefix_, lengths_;
+  bool attend_prefix_ = false;
+  int32_t new_tokens_ = 1;
+  int64_t steps_ = 1;
+  int64_t window_ = -1, capacity_ = 0, layers_ = 1, layer_ = 0, pad_ = 0;
+  int32_t kv_splits_ = 0;
+};
+
+}  // namespace attngen::test
