@@ -5,6 +5,7 @@
 //       tunables and search space, and what the schedule resolves them to on the ISA
 //   --descriptor OUT.cpp ISA HALIDE_TARGET TUNING -- WORDS...
 //       the kernel's descriptor as C++ source, written next to its object by attngen_add_kernel
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -246,5 +247,14 @@ int main(int argc, char** argv) {
   }
   const int status = attngen::variant_cli(argc, argv);
   if (status >= 0) return status;
-  return Halide::Internal::generate_filter_main(argc, argv, std::cerr);
+  // Halide's driver takes one '=' per param: a variant's TUNABLES (name=value) are passed on as
+  // name:value, which the variant parser reads alike.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> pointers;
+  for (std::string& a : args) {
+    if (a.rfind("variant=", 0) == 0) std::replace(a.begin() + 8, a.end(), '=', ':');
+    pointers.push_back(a.data());
+  }
+  pointers.push_back(nullptr);
+  return Halide::Internal::generate_filter_main(argc, pointers.data(), std::cerr);
 }

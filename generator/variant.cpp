@@ -247,7 +247,8 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
           v->only_isas.push_back(words[at]);
           continue;
         }
-        const size_t eq = words[at].find('=');
+        // name=value, or name:value (how the generator's driver passes it on: main.cpp).
+        const size_t eq = words[at].find_first_of("=:");
         Tunable t;
         if (eq == std::string::npos) return fail("TUNABLES takes name=value, not " + words[at]);
         t.name = words[at].substr(0, eq);

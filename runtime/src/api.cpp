@@ -275,10 +275,11 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   Check c;
   const attngen_attention_options opt =
       options != nullptr ? *options : attngen_attention_options_default();
-  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims};
-  const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims};
-  const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims};
-  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true};
+  // Element types: whatever a kernel's descriptor takes (checked at dispatch).
+  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
+  const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims, false, /*kernel_dtype=*/true};
+  const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims, false, /*kernel_dtype=*/true};
+  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
   if (!check_tensor(c, q, qs) || !check_tensor(c, k, ks) || !check_tensor(c, v, vs) ||
       !check_tensor(c, out, os)) {
     return finish(c, nullptr);
@@ -364,6 +365,10 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
   query.softcap = opt.softcap > 0.0f;
+  query.dtypes.q = q->dtype;
+  query.dtypes.k = k->dtype;
+  query.dtypes.v = v->dtype;
+  query.dtypes.out = out->dtype;
   const attngen_kernel_info* kernel = select_kernel(c, query, opt.kernel);
   if (kernel == nullptr) return finish(c, nullptr);
 

@@ -32,6 +32,9 @@ struct TensorSpec {
   int rank;
   const char* const* dims;
   bool output = false;
+  // A tensor of a kernel whose element type the kernel's descriptor gives (attngen_kernel_info::
+  // dtypes): any floating-point dtype passes here, and dispatch matches it against the kernels'.
+  bool kernel_dtype = false;
 };
 
 const char* dtype_name(attngen_dtype dtype);
@@ -72,6 +75,10 @@ struct KernelQuery {
   bool softcap = false;
   attngen_pattern pattern{};
   bool weights = false, lse = false;
+  // The call's tensors' element types, matched against each kernel's descriptor (a call that
+  // only a kernel of other dtypes fits fails with ATTNGEN_ERROR_DTYPE, naming the tensor).
+  attngen_kernel_dtypes dtypes{ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32,
+                               ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32};
   int64_t seq_q = 0;   // for the choice of query tile
   int64_t seq_kv = 0;  // for the choice between the row and key-block forms
 };

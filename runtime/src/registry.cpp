@@ -165,7 +165,28 @@ std::string describe(const KernelQuery& q) {
   return s;
 }
 
-bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
+// The first of the call's tensors whose dtype the kernel does not take ("" when all match);
+// `want` receives the kernel's.
+const char* dtype_mismatch(const attngen_kernel_info& k, const KernelQuery& q,
+                           attngen_dtype* want) {
+  const std::pair<const char*, attngen_dtype attngen_kernel_dtypes::*> tensors[] = {
+      {"q", &attngen_kernel_dtypes::q},
+      {"k", &attngen_kernel_dtypes::k},
+      {"v", &attngen_kernel_dtypes::v},
+      {"out", &attngen_kernel_dtypes::out},
+      {"cache", &attngen_kernel_dtypes::cache}};
+  for (const auto& [name, field] : tensors) {
+    if (q.op == ATTNGEN_OP_DECODE ? name[0] == 'k' || name[0] == 'v' : name[0] == 'c') continue;
+    if (k.dtypes.*field != q.dtypes.*field) {
+      *want = k.dtypes.*field;
+      return name;
+    }
+  }
+  return "";
+}
+
+// Everything but the dtypes.
+bool fits_shape(const attngen_kernel_info& k, const KernelQuery& q) {
   if (k.op != q.op) return false;
   if (q.op == ATTNGEN_OP_LINEAR) return true;
   if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;
@@ -185,6 +206,25 @@ bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
          (k.lse != 0 || !q.lse);
 }
 
+bool fits(const attngen_kernel_info& k, const KernelQuery& q) {
+  attngen_dtype want;
+  return fits_shape(k, q) && *dtype_mismatch(k, q, &want) == '\0';
+}
+
+// The call's dtype error against a kernel that fits all but its dtypes.
+std::string dtype_error(const attngen_kernel_info& k, const KernelQuery& q) {
+  attngen_dtype want = ATTNGEN_F32;
+  const char* tensor = dtype_mismatch(k, q, &want);
+  const attngen_kernel_dtypes& d = q.dtypes;
+  const attngen_dtype got = !std::strcmp(tensor, "q")     ? d.q
+                            : !std::strcmp(tensor, "k")   ? d.k
+                            : !std::strcmp(tensor, "v")   ? d.v
+                            : !std::strcmp(tensor, "out") ? d.out
+                                                          : d.cache;
+  return std::string(tensor) + " has dtype " + dtype_name(got) + ", expected " + dtype_name(want) +
+         " (no kernel for " + describe(q) + " takes " + dtype_name(got) + " " + tensor + ")";
+}
+
 }  // namespace
 
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name) {
@@ -194,10 +234,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
       c.fail(ATTNGEN_ERROR_NO_KERNEL, std::string("no kernel named '") + name + "'");
       return nullptr;
     }
-    if (!fits(*k, query)) {
+    if (!fits_shape(*k, query)) {
       c.fail(ATTNGEN_ERROR_NO_KERNEL, std::string("kernel '") + name +
                                           "' does not fit this call, which needs " +
                                           describe(query));
+      return nullptr;
+    }
+    if (!fits(*k, query)) {
+      c.fail(ATTNGEN_ERROR_DTYPE, dtype_error(*k, query));
       return nullptr;
     }
     if (!attngen_kernel_supported(k)) {
@@ -211,9 +255,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   const attngen_kernel_info* best = nullptr;
   bool unsupported_fit = false;
   const size_t n = attngen_kernel_count();
+  const attngen_kernel_info* other_dtypes = nullptr;  // fits all but the call's dtypes
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (!fits(*k, query)) continue;
+    if (!fits_shape(*k, query)) continue;
+    if (!fits(*k, query)) {
+      if (other_dtypes == nullptr) other_dtypes = k;
+      continue;
+    }
     if (forced != nullptr ? std::strcmp(k->isa, forced) != 0 : isa_rank(k->isa) < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
@@ -224,7 +273,9 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
     if (best == nullptr || better(*k, *best, query)) best = k;
   }
   if (best == nullptr) {
-    if (unsupported_fit) {
+    if (other_dtypes != nullptr && !unsupported_fit) {
+      c.fail(ATTNGEN_ERROR_DTYPE, dtype_error(*other_dtypes, query));
+    } else if (unsupported_fit) {
       c.fail(ATTNGEN_ERROR_UNSUPPORTED_TARGET,
              "the kernels generated for " + describe(query) + " need ISAs this machine lacks");
     } else if (forced != nullptr) {

@@ -68,7 +68,9 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   const std::string name = spec.name;
   if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
   if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
-  if (t->dtype != spec.dtype) {
+  const bool floating =
+      t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 || t->dtype == ATTNGEN_BF16;
+  if (spec.kernel_dtype ? !floating : t->dtype != spec.dtype) {
     return c.fail(ATTNGEN_ERROR_DTYPE, name + " has dtype " + dtype_name(t->dtype) + ", expected " +
                                            dtype_name(spec.dtype));
   }

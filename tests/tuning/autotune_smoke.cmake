@@ -1,12 +1,13 @@
 # ctest tuning.autotune_smoke: bench/autotune end to end on a tiny budget and shape (generator,
 # shared objects, harness, search, A/B run), then its tuning file read back by the build's
-# lookup (cmake/AttngenTuning.cmake).
+# lookup (attngen_generator --tuning-lookup, the reader attngen_add_kernel uses).
 #   cmake -DSOURCE_DIR=<attngen> -DPYTHON=<python3> -DGENERATOR=<attngen_generator>
 #         -DWORK=<dir> -P tests/tuning/autotune_smoke.cmake
 cmake_minimum_required(VERSION 3.25)
+set(class "attention d64 causal")
 set(out "${WORK}/x86_64_smoke.json")
 file(REMOVE_RECURSE "${WORK}")
-execute_process(COMMAND "${PYTHON}" "${SOURCE_DIR}/bench/autotune" --class "attention d64 causal"
+execute_process(COMMAND "${PYTHON}" "${SOURCE_DIR}/bench/autotune" --class "${class}"
                         --shapes 1,2,64 --budget-min 0.5 --autoschedulers none --threads 1
                         --ab-seconds 2 --generator "${GENERATOR}" --work "${WORK}" --out "${out}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE report ERROR_VARIABLE progress)
@@ -16,11 +17,33 @@ endif ()
 message(STATUS "${report}")
 file(READ "${out}" json)
 string(JSON target GET "${json}" target)
-include("${SOURCE_DIR}/cmake/AttngenTuning.cmake")
-attngen_tuning_lookup(FILE "${out}" TARGET "${target}" CLASS "attention d64 causal" OUT t
-                      FOUND found)
-if (NOT found)
-  message(FATAL_ERROR "${out} has no entry 'attention d64 causal':\n${json}")
+execute_process(COMMAND "${GENERATOR}" --tuning-lookup "${out}" "${target}" "${class}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE lookup ERROR_VARIABLE error)
+if (NOT rc EQUAL 0)
+  message(FATAL_ERROR "${GENERATOR} --tuning-lookup rejects ${out} (${rc}): ${error}\n${json}")
 endif ()
-string(JSON verdict GET "${json}" entries "attention d64 causal" provenance verdict)
+if (NOT lookup MATCHES "(^|\n)found=1(\n|$)")
+  message(FATAL_ERROR "${out} has no entry '${class}' (--tuning-lookup: ${lookup}):\n${json}")
+endif ()
+string(REGEX MATCH "(^|\n)tunables=([^\n]*)" _ "${lookup}")
+set(t "${CMAKE_MATCH_2}")
+# What the script wrote must be what the build reads: the entry's tunables, as name=value;...
+string(JSON entry GET "${json}" entries "${class}" tunables)
+string(JSON n LENGTH "${entry}")
+set(written "")
+if (n GREATER 0)
+  math(EXPR last "${n} - 1")
+  foreach (i RANGE ${last})
+    string(JSON name MEMBER "${entry}" ${i})
+    string(JSON value GET "${entry}" "${name}")
+    list(APPEND written "${name}=${value}")
+  endforeach ()
+endif ()
+list(SORT written)
+set(read_back "${t}")  # a list: name=value;...
+list(SORT read_back)
+if (NOT "${written}" STREQUAL "${read_back}")
+  message(FATAL_ERROR "--tuning-lookup read '${t}' from ${out}, which has ${entry}")
+endif ()
+string(JSON verdict GET "${json}" entries "${class}" provenance verdict)
 message(STATUS "entry read back: '${t}' (${verdict})")
