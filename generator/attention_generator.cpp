@@ -17,16 +17,18 @@ class Attention : public Generator<Attention> {
   // MASK causal TUNABLES query_tile=32": everything compile-time about the kernel.
   GeneratorParam<std::string> variant{"variant", "OP attention HEAD_DIM 64"};
 
-  Input<Buffer<float, 4>> q{"q"};               // (d, h, s, b)
-  Input<Buffer<float, 4>> k{"k"};               // (d, hkv, s, b)
-  Input<Buffer<float, 4>> v{"v"};               // (dv, hkv, s, b)
-  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};   // (b): valid keys per batch, <= Skv
-  Input<float> scale{"scale"};                  // usually 1/sqrt(Dqk)
-  Input<float> softcap_value{"softcap_value"};  // c > 0; read only by softcap kernels
-  Input<bool> bottom_right{"bottom_right"};     // alignment of queries to keys
+  // Added in configure(), in this order (the generated function's arguments): their element
+  // types come from the variant.
+  Input<Buffer<>>* q = nullptr;                 // (d, h, s, b)
+  Input<Buffer<>>* k = nullptr;                 // (d, hkv, s, b)
+  Input<Buffer<>>* v = nullptr;                 // (dv, hkv, s, b)
+  Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): valid keys per batch, <= Skv
+  Input<float>* scale = nullptr;                // usually 1/sqrt(Dqk)
+  Input<float>* softcap_value = nullptr;        // c > 0; read only by softcap kernels
+  Input<bool>* bottom_right = nullptr;          // alignment of queries to keys
   Input<Buffer<>>* mask = nullptr;              // (j, i, h, b), only with a mask tensor
   Input<Buffer<uint8_t, 2>>* layout = nullptr;  // (key block, query block), block-sparse only
-  Output<Buffer<float, 4>> out{"out"};          // (dv, h, s, b)
+  Output<Buffer<>>* out = nullptr;              // (dv, h, s, b)
   Output<Buffer<float, 4>>* weights = nullptr;  // (j, i, h, b): P [B, Hq, Sq, Skv]
   Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
 
@@ -35,13 +37,22 @@ class Attention : public Generator<Attention> {
     if (v_.op != attngen::Op::kAttention) {
       throw CompileError("attngen: the attention generator got variant '" + variant.value() + "'");
     }
+    const Type t = attngen::halide_type(v_.dtype);
+    q = add_input<Buffer<>>("q", t, 4);
+    k = add_input<Buffer<>>("k", t, 4);
+    v = add_input<Buffer<>>("v", t, 4);
+    kv_len = add_input<Buffer<int32_t, 1>>("kv_len");
+    scale = add_input<float>("scale");
+    softcap_value = add_input<float>("softcap_value");
+    bottom_right = add_input<bool>("bottom_right");
     if (v_.mask_tensor != MaskTensor::kNone) {
-      const Type t = v_.mask_tensor == MaskTensor::kBool ? UInt(8) : Float(32);
-      mask = add_input<Buffer<>>("mask", t, 4);
+      const Type mt = v_.mask_tensor == MaskTensor::kBool ? UInt(8) : Float(32);
+      mask = add_input<Buffer<>>("mask", mt, 4);
     }
     if (v_.pattern.kind == attngen::Pattern::kBlockSparse) {
       layout = add_input<Buffer<uint8_t, 2>>("layout");
     }
+    out = add_output<Buffer<>>("out", t, 4);
     if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
     if (v_.lse) lse = add_output<Buffer<float, 3>>("lse");
   }
@@ -51,45 +62,47 @@ class Attention : public Generator<Attention> {
     const attngen::AttentionTunables tunables =
         attngen::plan_attention(spec, attngen::attention_tunables(v_), get_target());
 
+    // The algorithm computes in f32: other element types convert where Q, K and V are read
+    // (and K/V staged), the output where it is written.
     attngen::AttentionInputs in;
-    in.q = q;
-    in.k = k;
-    in.v = v;
-    in.kv_len = kv_len;
+    in.q = attngen::as_f32(*q);
+    in.k = attngen::as_f32(*k);
+    in.v = attngen::as_f32(*v);
+    in.kv_len = *kv_len;
     if (mask) in.mask = *mask;
     if (layout) in.layout = *layout;
-    in.seq_q = q.dim(2).extent();
-    in.seq_kv = k.dim(2).extent();
-    in.heads_q = q.dim(1).extent();
-    in.heads_kv = k.dim(1).extent();
-    in.scale = scale;
-    in.softcap = softcap_value;
-    in.bottom_right = bottom_right;
+    in.seq_q = q->dim(2).extent();
+    in.seq_kv = k->dim(2).extent();
+    in.heads_q = q->dim(1).extent();
+    in.heads_kv = k->dim(1).extent();
+    in.scale = *scale;
+    in.softcap = *softcap_value;
+    in.bottom_right = *bottom_right;
 
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
-    out(f.d, f.h, f.i, f.b) = f.out(f.d, f.h, f.i, f.b);
+    (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
     if (weights) (*weights)(f.j, f.i, f.h, f.b) = f.weights(f.j, f.i, f.h, f.b);
     if (lse) (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
 
     // Head dims are compile-time: tell Halide, so vector loops over them have no tails.
-    q.dim(0).set_bounds(0, spec.head_dim_qk);
-    k.dim(0).set_bounds(0, spec.head_dim_qk);
-    v.dim(0).set_bounds(0, spec.head_dim_v);
-    out.dim(0).set_bounds(0, spec.head_dim_v);
+    q->dim(0).set_bounds(0, spec.head_dim_qk);
+    k->dim(0).set_bounds(0, spec.head_dim_qk);
+    v->dim(0).set_bounds(0, spec.head_dim_v);
+    out->dim(0).set_bounds(0, spec.head_dim_v);
 
     using E = attngen::Estimates;
-    q.set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
-    k.set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
-    v.set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
-    kv_len.set_estimates({{0, E::kBatch}});
+    q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
+    k->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
+    v->set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
+    kv_len->set_estimates({{0, E::kBatch}});
     // A mask broadcast along the keys has innermost stride 0.
     if (mask) mask->dim(0).set_stride(Expr());
     if (mask) mask->set_estimates({{0, E::kSeq}, {0, E::kSeq}, {0, E::kHeads}, {0, E::kBatch}});
     if (layout) layout->set_estimates({{0, E::kSeq / 64}, {0, E::kSeq / 64}});
-    scale.set_estimate(0.125f);
-    softcap_value.set_estimate(50.0f);
-    bottom_right.set_estimate(true);
-    out.set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
+    scale->set_estimate(0.125f);
+    softcap_value->set_estimate(50.0f);
+    bottom_right->set_estimate(true);
+    out->set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});
     if (weights) {
       weights->set_estimates({{0, E::kSeq}, {0, E::kSeq}, {0, E::kHeads}, {0, E::kBatch}});
     }
@@ -98,7 +111,7 @@ class Attention : public Generator<Attention> {
     // The kernel writes `out` directly: schedule f.out as the output stage.
     f.out.compute_inline();
     attngen::AttentionFuncs fs = f;
-    fs.out = out;
+    fs.out = *out;
     if (weights) {
       f.weights.compute_inline();
       fs.weights = *weights;

@@ -15,25 +15,35 @@ class Decode : public Generator<Decode> {
   // The kernel variant (generator/variant.h), e.g. "OP decode HEAD_DIM 128 KV_DTYPE f32".
   GeneratorParam<std::string> variant{"variant", "OP decode HEAD_DIM 64"};
 
-  Input<Buffer<float, 4>> q{"q"};              // (d, h, i, b)
-  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};  // (b): positions in the cache
-  Input<Buffer<int32_t, 1>> q_len{"q_len"};    // (b): real query rows, <= Sq
-  Input<int32_t> capacity{"capacity"};         // ring size (>= the slots given)
-  Input<int32_t> window{"window"};             // left window, < 0: none
-  Input<float> scale{"scale"};                 // usually 1/sqrt(Dqk)
-  Input<int32_t> split_keys{"split_keys"};     // keys per split-KV partial, >= 1
-  Input<Buffer<>>* k = nullptr;                // (d, s, hkv, b) of kv_type
-  Input<Buffer<>>* v = nullptr;                // (dv, s, hkv, b) of kv_type
-  Output<Buffer<float, 4>> out{"out"};         // (dv, h, i, b)
+  // Added in configure(), in this order (the generated function's arguments): their element
+  // types come from the variant (the cache's from KV_DTYPE).
+  Input<Buffer<>>* q = nullptr;                 // (d, h, i, b)
+  Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): positions in the cache
+  Input<Buffer<int32_t, 1>>* q_len = nullptr;   // (b): real query rows, <= Sq
+  Input<int32_t>* capacity = nullptr;           // ring size (>= the slots given)
+  Input<int32_t>* window = nullptr;             // left window, < 0: none
+  Input<float>* scale = nullptr;                // usually 1/sqrt(Dqk)
+  Input<int32_t>* split_keys = nullptr;         // keys per split-KV partial, >= 1
+  Input<Buffer<>>* k = nullptr;                 // (d, s, hkv, b) of the cache's type
+  Input<Buffer<>>* v = nullptr;                 // (dv, s, hkv, b) of the cache's type
+  Output<Buffer<>>* out = nullptr;              // (dv, h, i, b)
 
   void configure() {
     v_ = attngen::variant_or_throw(variant);
     if (v_.op != attngen::Op::kDecode) {
       throw CompileError("attngen: the decode generator got variant '" + variant.value() + "'");
     }
-    const Type kv_type = attngen::halide_type(v_.kv_dtype);
+    const Type t = attngen::halide_type(v_.dtype), kv_type = attngen::halide_type(v_.kv_dtype);
+    q = add_input<Buffer<>>("q", t, 4);
+    kv_len = add_input<Buffer<int32_t, 1>>("kv_len");
+    q_len = add_input<Buffer<int32_t, 1>>("q_len");
+    capacity = add_input<int32_t>("capacity");
+    window = add_input<int32_t>("window");
+    scale = add_input<float>("scale");
+    split_keys = add_input<int32_t>("split_keys");
     k = add_input<Buffer<>>("k", kv_type, 4);
     v = add_input<Buffer<>>("v", kv_type, 4);
+    out = add_output<Buffer<>>("out", t, 4);
   }
 
   void generate() {
@@ -42,48 +52,48 @@ class Decode : public Generator<Decode> {
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 
     attngen::DecodeInputs in;
-    in.q = q;
+    in.q = attngen::as_f32(*q);
     in.k = *k;
     in.v = *v;
-    in.kv_len = kv_len;
-    in.q_len = q_len;
-    in.seq_q = q.dim(2).extent();
-    in.heads_q = q.dim(1).extent();
+    in.kv_len = *kv_len;
+    in.q_len = *q_len;
+    in.seq_q = q->dim(2).extent();
+    in.heads_q = q->dim(1).extent();
     in.slots = k->dim(1).extent();
     in.heads_kv = k->dim(2).extent();
-    in.capacity = capacity;
-    in.window = window;
-    in.scale = scale;
-    in.split_keys = split_keys;
+    in.capacity = *capacity;
+    in.window = *window;
+    in.scale = *scale;
+    in.split_keys = *split_keys;
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
-    out(f.d, f.h, f.i, f.b) = f.out(f.d, f.h, f.i, f.b);
+    (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
-    q.dim(0).set_bounds(0, spec.head_dim_qk);
+    q->dim(0).set_bounds(0, spec.head_dim_qk);
     k->dim(0).set_bounds(0, spec.head_dim_qk);
     v->dim(0).set_bounds(0, spec.head_dim_v);
     k->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
     v->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
-    out.dim(0).set_bounds(0, spec.head_dim_v);
+    out->dim(0).set_bounds(0, spec.head_dim_v);
 
     using E = attngen::Estimates;
     constexpr int kQueries = 1, kSlots = 4096, kKvHeads = 4;
-    q.set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
+    q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
     k->set_estimates({{0, spec.head_dim_qk}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
     v->set_estimates({{0, spec.head_dim_v}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
-    kv_len.set_estimates({{0, E::kBatch}});
-    q_len.set_estimates({{0, E::kBatch}});
-    capacity.set_estimate(kSlots);
-    window.set_estimate(-1);
-    scale.set_estimate(0.125f);
-    split_keys.set_estimate(kSlots / 8);
-    out.set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
+    kv_len->set_estimates({{0, E::kBatch}});
+    q_len->set_estimates({{0, E::kBatch}});
+    capacity->set_estimate(kSlots);
+    window->set_estimate(-1);
+    scale->set_estimate(0.125f);
+    split_keys->set_estimate(kSlots / 8);
+    out->set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
 
     // The kernel writes `out` directly: schedule f.out as the output stage.
     f.out.compute_inline();
     attngen::DecodeFuncs fs = f;
-    fs.out = out;
+    fs.out = *out;
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
   }
 

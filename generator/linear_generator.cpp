@@ -14,36 +14,49 @@ class Linear : public Generator<Linear> {
   // The kernel variant (generator/variant.h): "OP linear", with its schedule's TUNABLES.
   GeneratorParam<std::string> variant{"variant", "OP linear"};
 
-  Input<Buffer<float, 3>> x{"x"};        // (e, s, b)
-  Input<Buffer<float, 2>> w{"w"};        // (e, n)
-  Input<Buffer<float, 1>> bias{"bias"};  // (n)
-  Output<Buffer<float, 3>> y{"y"};       // (n, s, b)
+  // Added in configure(), in this order, of the variant's element type.
+  Input<Buffer<>>* x = nullptr;     // (e, s, b)
+  Input<Buffer<>>* w = nullptr;     // (e, n)
+  Input<Buffer<>>* bias = nullptr;  // (n)
+  Output<Buffer<>>* y = nullptr;    // (n, s, b)
 
-  void generate() {
-    const attngen::KernelVariant v = attngen::variant_or_throw(variant);
-    if (v.op != attngen::Op::kLinear) {
+  void configure() {
+    v_ = attngen::variant_or_throw(variant);
+    if (v_.op != attngen::Op::kLinear) {
       throw CompileError("attngen: the linear generator got variant '" + variant.value() + "'");
     }
-    const attngen::LinearTunables requested = attngen::linear_tunables(v);
-    attngen::LinearShape shape{x.dim(0).extent(), w.dim(1).extent(), x.dim(1).extent()};
+    const Type t = attngen::halide_type(v_.dtype);
+    x = add_input<Buffer<>>("x", t, 3);
+    w = add_input<Buffer<>>("w", t, 2);
+    bias = add_input<Buffer<>>("bias", t, 1);
+    y = add_output<Buffer<>>("y", t, 3);
+  }
+
+  void generate() {
+    const attngen::LinearTunables requested = attngen::linear_tunables(v_);
+    attngen::LinearShape shape{x->dim(0).extent(), w->dim(1).extent(), x->dim(1).extent()};
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
-    attngen::LinearFuncs f = attngen::define_linear(x, w, bias, shape, "linear");
-    y(f.n, f.s, f.b) = f.out(f.n, f.s, f.b);
+    attngen::LinearFuncs f = attngen::define_linear(attngen::as_f32(*x), attngen::as_f32(*w),
+                                                    attngen::as_f32(*bias), shape, "linear");
+    (*y)(f.n, f.s, f.b) = cast(y->type(), f.out(f.n, f.s, f.b));
     // Output features start at 0, so a schedule's tiles of n line up with the weight panels.
-    y.dim(0).set_min(0);
+    y->dim(0).set_min(0);
 
     using E = attngen::Estimates;
-    x.set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
-    w.set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
-    bias.set_estimates({{0, 3 * E::kEmbed}});
-    y.set_estimates({{0, 3 * E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+    x->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+    w->set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
+    bias->set_estimates({{0, 3 * E::kEmbed}});
+    y->set_estimates({{0, 3 * E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
 
     f.out.compute_inline();
     attngen::LinearFuncs fs = f;
-    fs.out = y;
+    fs.out = *y;
     attngen::schedule_linear(fs, get_target(), get_auto_schedule(), t);
   }
+
+ private:
+  attngen::KernelVariant v_;
 };
 
 }  // namespace

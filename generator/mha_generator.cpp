@@ -19,23 +19,37 @@ class Mha : public Generator<Mha> {
   // The kernel variant (generator/variant.h), e.g. "OP mha HEAD_DIM 64 MASK causal".
   GeneratorParam<std::string> variant{"variant", "OP mha HEAD_DIM 64"};
 
-  Input<Buffer<float, 3>> x{"x"};              // (e, s, b)
-  Input<Buffer<float, 2>> in_w{"in_w"};        // (e, 3E)
-  Input<Buffer<float, 1>> in_b{"in_b"};        // (3E)
-  Input<Buffer<float, 2>> out_w{"out_w"};      // (E, E)
-  Input<Buffer<float, 1>> out_b{"out_b"};      // (E)
-  Input<Buffer<int32_t, 1>> kv_len{"kv_len"};  // (b): key padding, <= S
-  Input<bool> bottom_right{"bottom_right"};
-  Output<Buffer<float, 3>> y{"y"};  // (e, s, b)
+  // Added in configure(), in this order; tensors of the variant's element type.
+  Input<Buffer<>>* x = nullptr;                 // (e, s, b)
+  Input<Buffer<>>* in_w = nullptr;              // (e, 3E)
+  Input<Buffer<>>* in_b = nullptr;              // (3E)
+  Input<Buffer<>>* out_w = nullptr;             // (E, E)
+  Input<Buffer<>>* out_b = nullptr;             // (E)
+  Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): key padding, <= S
+  Input<bool>* bottom_right = nullptr;
+  Output<Buffer<>>* y = nullptr;  // (e, s, b)
 
-  void generate() {
-    const attngen::KernelVariant v = attngen::variant_or_throw(variant);
-    if (v.op != attngen::Op::kMha) {
+  void configure() {
+    v_ = attngen::variant_or_throw(variant);
+    if (v_.op != attngen::Op::kMha) {
       throw CompileError("attngen: the mha generator got variant '" + variant.value() + "'");
     }
+    const Type t = attngen::halide_type(v_.dtype);
+    x = add_input<Buffer<>>("x", t, 3);
+    in_w = add_input<Buffer<>>("in_w", t, 2);
+    in_b = add_input<Buffer<>>("in_b", t, 1);
+    out_w = add_input<Buffer<>>("out_w", t, 2);
+    out_b = add_input<Buffer<>>("out_b", t, 1);
+    kv_len = add_input<Buffer<int32_t, 1>>("kv_len");
+    bottom_right = add_input<bool>("bottom_right");
+    y = add_output<Buffer<>>("y", t, 3);
+  }
+
+  void generate() {
+    const attngen::KernelVariant& v = v_;
     const int dh = v.head_dim_qk;
-    Expr embed = x.dim(0).extent();
-    Expr seq = x.dim(1).extent();
+    Expr embed = x->dim(0).extent();
+    Expr seq = x->dim(1).extent();
     Expr heads = embed / dh;
 
     attngen::LinearShape in_shape{embed, 3 * embed, seq};
@@ -43,7 +57,8 @@ class Mha : public Generator<Mha> {
     requested_linear.transpose_x = 1;  // measured: see schedule_linear_simd
     const attngen::LinearTunables linear_tunables =
         attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
-    attngen::LinearFuncs in_proj = attngen::define_linear(x, in_w, in_b, in_shape, "in_proj");
+    attngen::LinearFuncs in_proj = attngen::define_linear(
+        attngen::as_f32(*x), attngen::as_f32(*in_w), attngen::as_f32(*in_b), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec = attngen::attention_spec(v);
@@ -54,12 +69,12 @@ class Mha : public Generator<Mha> {
     in.q(d, h, s, b) = qkv(h * dh + d, s, b);
     in.k(d, h, s, b) = qkv(embed + h * dh + d, s, b);
     in.v(d, h, s, b) = qkv(2 * embed + h * dh + d, s, b);
-    in.kv_len = kv_len;
+    in.kv_len = *kv_len;
     in.seq_q = in.seq_kv = seq;
     in.heads_q = in.heads_kv = heads;
     in.scale = Expr(1.0f / std::sqrt(static_cast<float>(dh)));
     in.softcap = Expr(0.0f);
-    in.bottom_right = bottom_right;
+    in.bottom_right = *bottom_right;
     attngen::AttentionFuncs attn = attngen::define_attention(spec, in);
 
     // Heads concatenated: feature n of the attention output is (n % dh, n / dh).
@@ -68,25 +83,25 @@ class Mha : public Generator<Mha> {
     concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
     attngen::LinearShape out_shape{embed, embed, seq};
     out_shape.panel = in_shape.panel;
-    attngen::LinearFuncs out_proj =
-        attngen::define_linear(concat, out_w, out_b, out_shape, "out_proj");
-    y(n, s, b) = out_proj.out(n, s, b);
+    attngen::LinearFuncs out_proj = attngen::define_linear(
+        concat, attngen::as_f32(*out_w), attngen::as_f32(*out_b), out_shape, "out_proj");
+    (*y)(n, s, b) = cast(y->type(), out_proj.out(n, s, b));
 
-    in_w.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
-    in_b.dim(0).set_bounds(0, 3 * embed);
-    out_w.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, embed);
-    out_b.dim(0).set_bounds(0, embed);
-    y.dim(0).set_bounds(0, embed).dim(1).set_bounds(0, seq);
+    in_w->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
+    in_b->dim(0).set_bounds(0, 3 * embed);
+    out_w->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, embed);
+    out_b->dim(0).set_bounds(0, embed);
+    y->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, seq);
 
     using E = attngen::Estimates;
-    x.set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
-    in_w.set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
-    in_b.set_estimates({{0, 3 * E::kEmbed}});
-    out_w.set_estimates({{0, E::kEmbed}, {0, E::kEmbed}});
-    out_b.set_estimates({{0, E::kEmbed}});
-    kv_len.set_estimates({{0, E::kBatch}});
-    bottom_right.set_estimate(true);
-    y.set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+    x->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
+    in_w->set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
+    in_b->set_estimates({{0, 3 * E::kEmbed}});
+    out_w->set_estimates({{0, E::kEmbed}, {0, E::kEmbed}});
+    out_b->set_estimates({{0, E::kEmbed}});
+    kv_len->set_estimates({{0, E::kBatch}});
+    bottom_right->set_estimate(true);
+    y->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
 
     if (get_auto_schedule()) return;
     // Three stages, each with its own schedule; Q/K/V and the per-head output live in memory
@@ -99,9 +114,12 @@ class Mha : public Generator<Mha> {
     attngen::schedule_attention(attn, spec, t, false, tunables);
     out_proj.out.compute_inline();
     attngen::LinearFuncs outs = out_proj;
-    outs.out = y;
+    outs.out = *y;
     attngen::schedule_linear(outs, t, false, linear_tunables);
   }
+
+ private:
+  attngen::KernelVariant v_;
 };
 
 }  // namespace

@@ -38,6 +38,13 @@ Halide::Type halide_type(DType dtype) {
   return Halide::Float(32);
 }
 
+Halide::Func as_f32(const Halide::Func& input) {
+  if (input.output_types().at(0) == Halide::Float(32)) return input;
+  Halide::Func f(input.name() + "_f32");
+  f(Halide::_) = Halide::cast<float>(input(Halide::_));
+  return f;
+}
+
 AttentionSpec attention_spec(const KernelVariant& v) {
   AttentionSpec spec;
   spec.head_dim_qk = v.head_dim_qk;

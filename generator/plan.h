@@ -20,6 +20,10 @@ KernelVariant variant_or_throw(const std::string& text);
 // The Halide type of a dtype.
 Halide::Type halide_type(DType dtype);
 
+// An input as the f32 the algorithm computes in: the Func itself when it is f32, else a
+// conversion of it (inlined where the input is read, or staged).
+Halide::Func as_f32(const Halide::Func& input);
+
 AttentionSpec attention_spec(const KernelVariant& v);
 AttentionTunables attention_tunables(const KernelVariant& v);
 LinearTunables linear_tunables(const KernelVariant& v);
