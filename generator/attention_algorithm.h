@@ -1,6 +1,6 @@
 // The attention algorithm, written once and shared by every generator.
 //
-// Only the *what* lives here (see ../shared/design/semantics.md and docs/semantics.md); the
+// Only the *what* lives here (docs/semantics.md); the
 // *how* (tiling, vectorisation, where intermediates live) is in schedules/. The Funcs built here
 // are returned in small structs so a schedule never re-derives the algorithm.
 //

@@ -12,18 +12,8 @@
 // Linear (X W^T + b): the weights are staged once per call in panels of a register tile's
 // output features; the register tile runs over e_chunk input features at a time.
 //
-// Measured (2026-11-29, 2-core Xeon Ice Lake-SP 2.8 GHz VM, both cores, quiet machine; same-run
-// ratios, as the machine's speed itself drifts by +-25% from minute to minute):
-// - dense D64, B1 H16 S2048: 187 ms (row form, K/V read in place: a 4 KiB stride put a head's
-//   keys in 1/16 of the L2's sets) -> 97 ms with K/V packed per head -> 89 ms with p.v in key
-//   chunks; 0.70-1.05x OpenBLAS sgemm 2048^3's GFLOP/s in the same run (median 0.93 over the
-//   three rounds of bench/RESULTS.md; the machine's speed drifts between the two measurements).
-//   Key-block form: 100-110 ms at S2048, ahead only from S8192 (909 vs 1020 ms, H8).
-// - causal D64, same shape: 0.54-0.58 of dense (0.516 of the pairs are visited at tile 64).
-// - tiles (autotune harness A/B): query_tile 64 x key_tile 5-6 x pv_rows 4-6, pv_chunk 64 within
-//   3% of each other; query_tile 32/96 and pv_chunk 128-256 2-8% slower.
-// - linear B4 S512 E768 -> 2304: 83-94 GFLOP/s with the weights transposed (numpy's OpenBLAS
-//   sgemm of the shape: 190 in the same minute) -> 156-245 with panels and e chunks.
+// The measurements behind these choices (2026-11-29, AVX-512, same-run ratios) are in
+// bench/RESULTS.md, "Measurements behind the code's choices".
 #include "schedules/schedule.h"
 
 namespace attngen {

@@ -1,6 +1,8 @@
-// Schedules for the algorithm in generator/attention_algorithm.h. The generators call only
-// schedule_attention() and schedule_linear(); which schedule a target gets is decided once, in
-// schedule.cpp: autoscheduler -> CUDA -> SIMD CPU (AVX-512, AVX2, SSE4.1, NEON) -> generic.
+// Schedules for the algorithms in generator/attention_algorithm.h and decode_algorithm.h. The
+// generators call plan_*() (which fix the algorithm's units for a target: form, query tile, key
+// chunk) and then schedule_attention(), schedule_linear() and schedule_decode(); which schedule
+// a target gets is decided once, in schedule.cpp: autoscheduler -> CUDA -> SIMD CPU (AVX-512,
+// AVX2, SSE4.1, NEON) -> generic, by the target's row of the table (schedules/targets.h).
 #pragma once
 
 #include "Halide.h"
@@ -10,10 +12,11 @@
 
 namespace attngen {
 
-// Tunables of the schedules; 0 means "derive from the target" (see resolve()). Each is a
-// generator param of the same name, so a tuned set (schedules/tuned/<target>.json, written by
-// bench/autotune) reaches the schedule through attngen_add_kernel(). The algorithm's form,
-// key_block, is a generator param too (AttentionSpec::key_block, resolve_key_block()).
+// Tunables of the schedules; 0 means "derive from the target" (see resolve()). A variant names
+// them (TUNABLES name=value, generator/plan.cpp sets the fields), so a tuned set
+// (schedules/tuned/<target>.json, written by bench/autotune) reaches the schedule through
+// attngen_add_kernel(). The algorithm's form, key_block, is tunable too (AttentionSpec::key_block,
+// resolve_key_block()) where the variant does not fix it.
 struct AttentionTunables {
   int query_tile = 0;      // query rows per parallel task (CPU) or per thread block (GPU)
   int key_tile = 0;        // keys per register tile of the q.k product (CPU)

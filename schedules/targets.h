@@ -72,8 +72,7 @@ inline const TargetRow& target_row(Isa isa) {
 // Dispatch between the forms of attention kernels of one ISA (runtime/src/registry.cpp): above
 // this many keys a kernel built with KEY_BLOCK beats the default form, whose whole score rows of
 // a query tile (query_tile x Skv floats) no longer stay in L2. Measured on AVX-512 with K/V
-// packed per head (bench/RESULTS.md, D64, 2 threads, same-run A/B): rows vs key block 128 are
-// 90 vs 100 ms at S2048 (H16), even at S4096 (H8, 220 vs 218 ms), 1020 vs 909 ms at S8192.
+// packed per head (bench/RESULTS.md, "Measurements behind the code's choices").
 // bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
 inline constexpr long long kLongKeys = 4096;
 

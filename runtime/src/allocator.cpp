@@ -5,10 +5,9 @@
 // of the key-block form) and frees at the end of the task. Through glibc each of these blocks
 // (hundreds of KiB) could come back as memory that is no longer in cache, or as a fresh mmap
 // whose pages fault on first touch; in the causal row form the sizes also grow from tile to
-// tile, so an exact-size cache misses every time. Measured (2-core Ice Lake VM, 1 thread,
-// B1 H2 S2048 D64, autotune harness): causal row form 18.9 ms with an exact-size cache,
-// 14.9 ms with power-of-two classes (dense 27.3 / 27.9 ms); through glibc the dense kernel
-// took 64 ms in the same harness.
+// tile, so an exact-size cache misses every time. Power-of-two classes
+// were measured faster than an exact-size cache and than glibc (bench/RESULTS.md,
+// "Measurements behind the code's choices").
 #include "HalideRuntime.h"
 #include "runtime/src/block_cache.h"
 #include "runtime/src/internal.h"

@@ -269,54 +269,63 @@ attngen_attention_options attngen_attention_options_default(void) {
   return o;
 }
 
-attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
-                                 const attngen_tensor* v, attngen_tensor* out,
-                                 const attngen_attention_options* options) {
-  Check c;
-  const attngen_attention_options opt =
-      options != nullptr ? *options : attngen_attention_options_default();
-  // Element types: whatever a kernel's descriptor takes (checked at dispatch).
+}  // extern "C"
+
+namespace attngen::rt {
+namespace {
+
+// One attention call, validated: its sizes and the prepared inputs that are not plain views.
+struct AttentionCall {
+  const attngen_tensor *q, *k, *v;
+  attngen_tensor* out;
+  attngen_attention_options opt;
+  int64_t batch, seq_q, heads_q, dqk, seq_kv, heads_kv, dv;
+  std::vector<int32_t> kv_len;
+  HalideView mask, layout;
+};
+
+// Checks every tensor and option of a call; nothing is written. The element types of q, k, v
+// and out are checked at dispatch, against the kernels' descriptors.
+bool validate_attention(Check& c, AttentionCall& call) {
+  const attngen_tensor *q = call.q, *k = call.k, *v = call.v;
+  attngen_tensor* out = call.out;
+  const attngen_attention_options& opt = call.opt;
   const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
   const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims, false, /*kernel_dtype=*/true};
   const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims, false, /*kernel_dtype=*/true};
   const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
   if (!check_tensor(c, q, qs) || !check_tensor(c, k, ks) || !check_tensor(c, v, vs) ||
       !check_tensor(c, out, os)) {
-    return finish(c, nullptr);
+    return false;
   }
-  const int64_t batch = q->shape[0], seq_q = q->shape[1], heads_q = q->shape[2];
-  const int64_t dqk = q->shape[3], seq_kv = k->shape[1], heads_kv = k->shape[2];
-  const int64_t dv = v->shape[3];
+  const int64_t batch = call.batch = q->shape[0], seq_q = call.seq_q = q->shape[1];
+  const int64_t heads_q = call.heads_q = q->shape[2];
+  const int64_t dqk = call.dqk = q->shape[3], seq_kv = call.seq_kv = k->shape[1];
+  const int64_t heads_kv = call.heads_kv = k->shape[2];
+  const int64_t dv = call.dv = v->shape[3];
   if (!check_dim(c, *k, ks, 0, batch, "B of q") || !check_dim(c, *k, ks, 3, dqk, "Dqk of q") ||
       !check_dim(c, *v, vs, 0, batch, "B of q") || !check_dim(c, *v, vs, 1, seq_kv, "Skv of k") ||
       !check_dim(c, *v, vs, 2, heads_kv, "Hkv of k") ||
       !check_dim(c, *out, os, 0, batch, "B of q") || !check_dim(c, *out, os, 1, seq_q, "Sq of q") ||
       !check_dim(c, *out, os, 2, heads_q, "Hq of q") || !check_dim(c, *out, os, 3, dv, "Dv of v")) {
-    return finish(c, nullptr);
+    return false;
   }
   if (heads_q % heads_kv != 0) {
-    c.fail(ATTNGEN_ERROR_HEADS, "q has " + std::to_string(heads_q) + " heads and k has " +
-                                    std::to_string(heads_kv) +
-                                    "; Hq must be a multiple of Hkv (grouped-query attention)");
-    return finish(c, nullptr);
+    return c.fail(ATTNGEN_ERROR_HEADS,
+                  "q has " + std::to_string(heads_q) + " heads and k has " +
+                      std::to_string(heads_kv) +
+                      "; Hq must be a multiple of Hkv (grouped-query attention)");
   }
-  if (!check_enums(c, opt.mask, opt.alignment)) return finish(c, nullptr);
-  if (!std::isfinite(opt.scale)) {
-    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
-    return finish(c, nullptr);
-  }
+  if (!check_enums(c, opt.mask, opt.alignment)) return false;
+  if (!std::isfinite(opt.scale))
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
   if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
-    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
-    return finish(c, nullptr);
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
   }
-  std::vector<int32_t> kv_len;
-  if (!prepare_kv_len(c, opt.kv_len, batch, seq_kv, kv_len)) return finish(c, nullptr);
-  HalideView mask;
+  if (!prepare_kv_len(c, opt.kv_len, batch, seq_kv, call.kv_len)) return false;
   const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
-  if (!prepare_mask(c, opt.mask_tensor, full, mask)) return finish(c, nullptr);
-
-  HalideView layout;
-  if (!prepare_pattern(c, opt.pattern, seq_q, seq_kv, layout)) return finish(c, nullptr);
+  if (!prepare_mask(c, opt.mask_tensor, full, call.mask)) return false;
+  if (!prepare_pattern(c, opt.pattern, seq_q, seq_kv, call.layout)) return false;
   const TensorSpec ws{"weights", ATTNGEN_F32, 4, kWeightsDims, /*output=*/true};
   const TensorSpec ls{"lse", ATTNGEN_F32, 3, kLseDims, /*output=*/true};
   if (opt.weights != nullptr &&
@@ -324,13 +333,13 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
        !check_dim(c, *opt.weights, ws, 1, heads_q, "Hq of q") ||
        !check_dim(c, *opt.weights, ws, 2, seq_q, "Sq of q") ||
        !check_dim(c, *opt.weights, ws, 3, seq_kv, "Skv of k"))) {
-    return finish(c, nullptr);
+    return false;
   }
   if (opt.lse != nullptr &&
       (!check_tensor(c, opt.lse, ls) || !check_dim(c, *opt.lse, ls, 0, batch, "B of q") ||
        !check_dim(c, *opt.lse, ls, 1, heads_q, "Hq of q") ||
        !check_dim(c, *opt.lse, ls, 2, seq_q, "Sq of q"))) {
-    return finish(c, nullptr);
+    return false;
   }
   // Every output must be clear of every input and of the other outputs.
   const std::pair<const attngen_tensor*, const char*> outputs[] = {
@@ -348,64 +357,96 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
     for (const auto& [t, tname] : others) {
       if (t == nullptr || t == o) continue;
       if (t == opt.pattern.layout && opt.pattern.kind != ATTNGEN_PATTERN_BLOCK_SPARSE) continue;
-      if (!check_no_alias(c, *o, oname, *t, tname)) return finish(c, nullptr);
+      if (!check_no_alias(c, *o, oname, *t, tname)) return false;
     }
   }
+  return true;
+}
 
+// What the call asks a kernel for (registry.cpp matches it against the descriptors).
+KernelQuery attention_query(const AttentionCall& call) {
+  const attngen_attention_options& opt = call.opt;
   KernelQuery query{ATTNGEN_OP_ATTENTION};
-  query.head_dim_qk = static_cast<int>(dqk);
-  query.head_dim_v = static_cast<int>(dv);
+  query.head_dim_qk = static_cast<int>(call.dqk);
+  query.head_dim_v = static_cast<int>(call.dv);
   query.mask = opt.mask;
   query.pattern = opt.pattern;
   query.weights = opt.weights != nullptr;
   query.lse = opt.lse != nullptr;
-  query.seq_q = seq_q;
-  query.seq_kv = seq_kv;
+  query.seq_q = call.seq_q;
+  query.seq_kv = call.seq_kv;
   query.mask_tensor = opt.mask_tensor == nullptr               ? ATTNGEN_MASK_TENSOR_NONE
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
   query.softcap = opt.softcap > 0.0f;
-  query.dtypes.q = q->dtype;
-  query.dtypes.k = k->dtype;
-  query.dtypes.v = v->dtype;
-  query.dtypes.out = out->dtype;
-  const attngen_kernel_info* kernel = select_kernel(c, query, opt.kernel);
-  if (kernel == nullptr) return finish(c, nullptr);
+  query.dtypes.q = call.q->dtype;
+  query.dtypes.k = call.k->dtype;
+  query.dtypes.v = call.v->dtype;
+  query.dtypes.out = call.out->dtype;
+  return query;
+}
 
-  HalideView hq, hk, hv, ho, hl;
-  make_view(hq, *q);
-  make_view(hk, *k);
-  make_view(hv, *v);
-  make_view(ho, *out);
-  const int64_t batch_shape[1] = {batch};
-  make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, batch_shape));
-  attngen_kernel_args args{};
-  args.q = &hq.buf;
-  args.k = &hk.buf;
-  args.v = &hv.buf;
-  args.kv_len = &hl.buf;
-  args.mask = opt.mask_tensor != nullptr ? &mask.buf : nullptr;
-  args.layout = opt.pattern.kind == ATTNGEN_PATTERN_BLOCK_SPARSE ? &layout.buf : nullptr;
-  args.out = &ho.buf;
-  HalideView hw, hlse;
-  if (opt.weights != nullptr) {
-    make_view(hw, *opt.weights);
-    args.weights = &hw.buf;
-  }
+// The kernel's arguments: Halide views of the call's tensors (kept in `views`), and scratch for
+// a log-sum-exp output the kernel writes but the call did not ask for.
+struct AttentionViews {
+  HalideView q, k, v, out, kv_len, weights, lse;
   std::vector<float> lse_scratch;
-  if (opt.lse != nullptr) {
-    make_view(hlse, *opt.lse);
-    args.lse = &hlse.buf;
-  } else if (kernel->lse) {
-    lse_scratch.resize(static_cast<size_t>(batch * heads_q * seq_q));
-    const int64_t shape[3] = {batch, heads_q, seq_q};
-    make_view(hlse, attngen_tensor_contiguous(lse_scratch.data(), ATTNGEN_F32, 3, shape));
-    args.lse = &hlse.buf;
+};
+
+attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_info& kernel,
+                                   AttentionViews& views) {
+  const attngen_attention_options& opt = call.opt;
+  make_view(views.q, *call.q);
+  make_view(views.k, *call.k);
+  make_view(views.v, *call.v);
+  make_view(views.out, *call.out);
+  const int64_t batch_shape[1] = {call.batch};
+  make_view(views.kv_len,
+            attngen_tensor_contiguous(call.kv_len.data(), ATTNGEN_I32, 1, batch_shape));
+  attngen_kernel_args args{};
+  args.q = &views.q.buf;
+  args.k = &views.k.buf;
+  args.v = &views.v.buf;
+  args.kv_len = &views.kv_len.buf;
+  args.mask = opt.mask_tensor != nullptr ? &call.mask.buf : nullptr;
+  args.layout = opt.pattern.kind == ATTNGEN_PATTERN_BLOCK_SPARSE ? &call.layout.buf : nullptr;
+  args.out = &views.out.buf;
+  if (opt.weights != nullptr) {
+    make_view(views.weights, *opt.weights);
+    args.weights = &views.weights.buf;
   }
-  args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(dqk));
+  if (opt.lse != nullptr) {
+    make_view(views.lse, *opt.lse);
+    args.lse = &views.lse.buf;
+  } else if (kernel.lse) {
+    views.lse_scratch.resize(static_cast<size_t>(call.batch * call.heads_q * call.seq_q));
+    const int64_t shape[3] = {call.batch, call.heads_q, call.seq_q};
+    make_view(views.lse,
+              attngen_tensor_contiguous(views.lse_scratch.data(), ATTNGEN_F32, 3, shape));
+    args.lse = &views.lse.buf;
+  }
+  args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(call.dqk));
   args.softcap = opt.softcap;
-  args.bottom_right = needs_bottom_right(opt.alignment, seq_q, kv_len);
-  run_kernel(c, kernel, args);
+  args.bottom_right = needs_bottom_right(opt.alignment, call.seq_q, call.kv_len);
+  return args;
+}
+
+}  // namespace
+}  // namespace attngen::rt
+
+extern "C" {
+
+attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
+                                 const attngen_tensor* v, attngen_tensor* out,
+                                 const attngen_attention_options* options) {
+  Check c;
+  AttentionCall call{q, k, v, out,
+                     options != nullptr ? *options : attngen_attention_options_default()};
+  if (!validate_attention(c, call)) return finish(c, nullptr);
+  const attngen_kernel_info* kernel = select_kernel(c, attention_query(call), call.opt.kernel);
+  if (kernel == nullptr) return finish(c, nullptr);
+  AttentionViews views;
+  run_kernel(c, kernel, attention_args(call, *kernel, views));
   return finish(c, kernel);
 }
 

@@ -100,9 +100,8 @@ int64_t padded_rows(const attngen_kernel_info& k, const KernelQuery& q) {
 }
 
 // Between kernels of equal ISA and form: a smaller query tile only where it pads at least a tenth
-// fewer rows, else the larger tile (fewer per-tile costs). Measured on AVX-512, D64 (autotune
-// harness, same-run A/B, tile 32 vs 64): B8 H12 S197 (224 vs 256 rows) 0.91x the time; at equal
-// rows 1.01-1.06x (S128, S256, S384, S512).
+// fewer rows, else the larger tile (fewer per-tile costs). Measured on AVX-512 (bench/RESULTS.md,
+// "Measurements behind the code's choices").
 bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
                  const KernelQuery& q) {
   if (q.op != ATTNGEN_OP_ATTENTION) return false;

@@ -189,11 +189,9 @@ Inputs make_inputs(int64_t seq, int64_t heads, int dim, int dim_v, uint64_t seed
 
 // ---- Kernels with a weights output.
 
-// The name without the ISA suffix: the variant, the same on every ISA.
+// What the kernel computes in a few words, the same on every ISA: its descriptor's shape class.
 std::string variant_name(const attngen_kernel_info& k) {
-  const std::string n = k.name;
-  const size_t cut = n.find("__");
-  return cut == std::string::npos ? n : n.substr(0, cut);
+  return k.tuning_class != nullptr && k.tuning_class[0] != '\0' ? k.tuning_class : k.name;
 }
 
 bool kernel_is_pattern(const attngen_kernel_info& k, PatternId id) {
@@ -493,6 +491,124 @@ std::string viz_help() {
          "kernel\nwith a weights output for that pattern.\n";
 }
 
+namespace {
+
+// The attention weights of one run of a weights kernel, and what the run took.
+struct WeightsRun {
+  std::vector<float> weights;  // [heads, seq, seq]
+  attngen_attention_options opt;
+  double ms = 0;
+};
+
+// Runs `kernel` on random inputs of the pattern set's shape; false (with a message) on failure.
+bool run_weights_kernel(const attngen_kernel_info& kernel, const PatternSet& set, PatternId id,
+                        const PatternParams& params, int64_t heads, WeightsRun& run) {
+  const int64_t seq = params.seq;
+  const int dim = kernel.head_dim_qk, dim_v = kernel.head_dim_v;
+  Inputs in = make_inputs(seq, heads, dim, dim_v, params.seed);
+  std::vector<float> o(size_t(seq * heads * dim_v)), lse(size_t(heads * seq));
+  run.weights.assign(size_t(heads * seq * seq), 0.0f);
+  const int64_t qs[4] = {1, seq, heads, dim}, vs[4] = {1, seq, heads, dim_v};
+  const int64_t ws[4] = {1, heads, seq, seq}, ls[3] = {1, heads, seq};
+  const attngen_tensor q = attngen_tensor_contiguous(in.q.data(), ATTNGEN_F32, 4, qs);
+  const attngen_tensor k = attngen_tensor_contiguous(in.k.data(), ATTNGEN_F32, 4, qs);
+  const attngen_tensor v = attngen_tensor_contiguous(in.v.data(), ATTNGEN_F32, 4, vs);
+  attngen_tensor ot = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, vs);
+  attngen_tensor wt = attngen_tensor_contiguous(run.weights.data(), ATTNGEN_F32, 4, ws);
+  attngen_tensor lt = attngen_tensor_contiguous(lse.data(), ATTNGEN_F32, 3, ls);
+  attngen_attention_options& opt = run.opt;
+  opt = attngen_attention_options_default();
+  opt.mask = kernel.mask;
+  opt.pattern = kernel.pattern;
+  if (id == PatternId::kBlockSparse) opt.pattern = set.pattern(id);
+  opt.weights = &wt;
+  opt.lse = kernel.lse != 0 ? &lt : nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  const attngen_status st = attngen_attention(&q, &k, &v, &ot, &opt);
+  run.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  opt.weights = nullptr;  // the tensors above go out of scope
+  opt.lse = nullptr;
+  if (st != ATTNGEN_OK) {
+    std::fprintf(stderr, "attngen viz: attngen_attention failed: %s: %s\n", attngen_status_name(st),
+                 attngen_last_error());
+    return false;
+  }
+  return true;
+}
+
+// Per head: mean max weight, mean distance attended, entropy and the worst row-sum error.
+void print_head_stats(const attngen_kernel_info& kernel, const WeightsRun& run, int64_t seq,
+                      int64_t heads) {
+  std::printf("attngen viz: seq %lld, %lld head%s of dim %d, --pattern %s\n",
+              static_cast<long long>(seq), static_cast<long long>(heads), heads == 1 ? "" : "s",
+              kernel.head_dim_qk, describe_kernel(kernel).c_str());
+  std::printf("kernel %s: %.2f ms (weights%s written)\n\n", attngen_last_kernel(), run.ms,
+              kernel.lse ? " and log-sum-exp" : "");
+  std::printf("%-4s  %-16s %14s %14s %15s %14s\n", "head", "kind", "mean max weight",
+              "mean distance", "entropy (bits)", "row sum error");
+  for (int64_t h = 0; h < heads; ++h) {
+    double max_sum = 0, dist_sum = 0, ent_sum = 0, row_err = 0;
+    for (int64_t i = 0; i < seq; ++i) {
+      const float* w = &run.weights[size_t((h * seq + i) * seq)];
+      double mx = 0, dist = 0, ent = 0, sum = 0;
+      for (int64_t j = 0; j < seq; ++j) {
+        const double x = w[j];
+        mx = std::max(mx, x);
+        dist += x * double(std::llabs(i - j));
+        if (x > 0) ent -= x * std::log2(x);
+        sum += x;
+      }
+      max_sum += mx;
+      dist_sum += dist;
+      ent_sum += ent;
+      row_err = std::max(row_err, std::fabs(sum - 1.0));
+    }
+    std::printf("%-4lld  %-16s %14.3f %14.2f %15.2f %14.1e\n", static_cast<long long>(h),
+                head_kind_name(head_kind(h)), max_sum / seq, dist_sum / seq, ent_sum / seq,
+                row_err);
+  }
+  std::printf("\n");
+}
+
+// One image per head, a grid of all heads, and the pattern panel; false on a write error.
+bool write_images(const attngen_kernel_info& kernel, const WeightsRun& run, const PatternSet& set,
+                  const std::vector<PatternRow>& rows, int64_t seq, int64_t heads,
+                  const std::filesystem::path& out, std::vector<std::string>& written) {
+  std::vector<uint8_t> allowed(size_t(seq * seq));
+  for (int64_t i = 0; i < seq; ++i) {
+    for (int64_t j = 0; j < seq; ++j) {
+      allowed[size_t(i * seq + j)] =
+          attended(run.opt.pattern, run.opt.mask == ATTNGEN_MASK_CAUSAL, i, j);
+    }
+  }
+  const float* weights = run.weights.data();
+  for (int64_t h = 0; h < heads; ++h) {
+    const std::string title = "head " + std::to_string(h) + ": " + head_kind_name(head_kind(h));
+    const Image img = head_image(&weights[size_t(h * seq * seq)], allowed, seq, kHeadCap, title);
+    if (!save(img, out / ("head_" + std::to_string(h) + ".png"), written)) return false;
+  }
+  const int cols = int(std::ceil(std::sqrt(double(heads))));
+  const int grid_rows = int(ceil_div(heads, cols));
+  const int side = panel_side(seq, kSmallCap), line = line_height(text_scale(side));
+  std::vector<Image> cells;
+  for (int64_t h = 0; h < heads; ++h) {
+    cells.push_back(head_image(&weights[size_t(h * seq * seq)], allowed, seq, kSmallCap,
+                               std::to_string(h) + ": " + head_kind_name(head_kind(h))));
+  }
+  const int cw = cells[0].width(), ch = cells[0].height();
+  Image grid(cols * cw, kMargin + line + grid_rows * ch, kBackground);
+  grid.text(kMargin, kMargin,
+            variant_name(kernel) + ", seq " + std::to_string(seq) + ", log colour scale", kText,
+            text_scale(side), grid.width() - 2 * kMargin);
+  for (int64_t h = 0; h < heads; ++h) {
+    grid.blit(cells[size_t(h)], int(h % cols) * cw, kMargin + line + int(h / cols) * ch);
+  }
+  if (!save(grid, out / "heads_grid.png", written)) return false;
+  return save(patterns_image(set, rows), out / "patterns.png", written);
+}
+
+}  // namespace
+
 int run_viz(const std::vector<std::string>& args) {
   const ParsedArgs a = parse_args("attngen viz", viz_specs(), args);
   a.require("seq");
@@ -531,100 +647,11 @@ int run_viz(const std::vector<std::string>& args) {
     return 1;
   }
 
-  // ---- Run the kernel.
-  const int64_t seq = params.seq;
-  const int dim = kernel->head_dim_qk, dim_v = kernel->head_dim_v;
-  Inputs in = make_inputs(seq, heads, dim, dim_v, params.seed);
-  std::vector<float> o(size_t(seq * heads * dim_v)), weights(size_t(heads * seq * seq));
-  std::vector<float> lse(size_t(heads * seq));
-  const int64_t qs[4] = {1, seq, heads, dim}, vs[4] = {1, seq, heads, dim_v};
-  const int64_t ws[4] = {1, heads, seq, seq}, ls[3] = {1, heads, seq};
-  const attngen_tensor q = attngen_tensor_contiguous(in.q.data(), ATTNGEN_F32, 4, qs);
-  const attngen_tensor k = attngen_tensor_contiguous(in.k.data(), ATTNGEN_F32, 4, qs);
-  const attngen_tensor v = attngen_tensor_contiguous(in.v.data(), ATTNGEN_F32, 4, vs);
-  attngen_tensor ot = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, vs);
-  attngen_tensor wt = attngen_tensor_contiguous(weights.data(), ATTNGEN_F32, 4, ws);
-  attngen_tensor lt = attngen_tensor_contiguous(lse.data(), ATTNGEN_F32, 3, ls);
-  attngen_attention_options opt = attngen_attention_options_default();
-  opt.mask = kernel->mask;
-  opt.pattern = kernel->pattern;
-  if (id == PatternId::kBlockSparse) opt.pattern = set.pattern(id);
-  opt.weights = &wt;
-  opt.lse = kernel->lse != 0 ? &lt : nullptr;
-  const auto t0 = std::chrono::steady_clock::now();
-  const attngen_status st = attngen_attention(&q, &k, &v, &ot, &opt);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (st != ATTNGEN_OK) {
-    std::fprintf(stderr, "attngen viz: attngen_attention failed: %s: %s\n", attngen_status_name(st),
-                 attngen_last_error());
-    return 1;
-  }
-
-  // ---- Numbers.
-  std::printf("attngen viz: seq %lld, %lld head%s of dim %d, --pattern %s\n",
-              static_cast<long long>(seq), static_cast<long long>(heads), heads == 1 ? "" : "s",
-              dim, describe_kernel(*kernel).c_str());
-  std::printf("kernel %s: %.2f ms (weights%s written)\n\n", attngen_last_kernel(), ms,
-              kernel->lse ? " and log-sum-exp" : "");
-  std::printf("%-4s  %-16s %14s %14s %15s %14s\n", "head", "kind", "mean max weight",
-              "mean distance", "entropy (bits)", "row sum error");
-  for (int64_t h = 0; h < heads; ++h) {
-    double max_sum = 0, dist_sum = 0, ent_sum = 0, row_err = 0;
-    for (int64_t i = 0; i < seq; ++i) {
-      const float* w = &weights[size_t((h * seq + i) * seq)];
-      double mx = 0, dist = 0, ent = 0, sum = 0;
-      for (int64_t j = 0; j < seq; ++j) {
-        const double x = w[j];
-        mx = std::max(mx, x);
-        dist += x * double(std::llabs(i - j));
-        if (x > 0) ent -= x * std::log2(x);
-        sum += x;
-      }
-      max_sum += mx;
-      dist_sum += dist;
-      ent_sum += ent;
-      row_err = std::max(row_err, std::fabs(sum - 1.0));
-    }
-    std::printf("%-4lld  %-16s %14.3f %14.2f %15.2f %14.1e\n", static_cast<long long>(h),
-                head_kind_name(head_kind(h)), max_sum / seq, dist_sum / seq, ent_sum / seq,
-                row_err);
-  }
-  std::printf("\n");
-
-  // ---- Images.
-  std::vector<uint8_t> allowed(size_t(seq * seq));
-  for (int64_t i = 0; i < seq; ++i) {
-    for (int64_t j = 0; j < seq; ++j) {
-      allowed[size_t(i * seq + j)] = attended(opt.pattern, opt.mask == ATTNGEN_MASK_CAUSAL, i, j);
-    }
-  }
+  WeightsRun run;
+  if (!run_weights_kernel(*kernel, set, id, params, heads, run)) return 1;
+  print_head_stats(*kernel, run, params.seq, heads);
   std::vector<std::string> written;
-  const std::string variant = variant_name(*kernel);
-  for (int64_t h = 0; h < heads; ++h) {
-    const std::string title = "head " + std::to_string(h) + ": " + head_kind_name(head_kind(h));
-    const Image img = head_image(&weights[size_t(h * seq * seq)], allowed, seq, kHeadCap, title);
-    if (!save(img, out / ("head_" + std::to_string(h) + ".png"), written)) return 1;
-  }
-  {
-    const int cols = int(std::ceil(std::sqrt(double(heads))));
-    const int grid_rows = int(ceil_div(heads, cols));
-    const int side = panel_side(seq, kSmallCap), line = line_height(text_scale(side));
-    std::vector<Image> cells;
-    for (int64_t h = 0; h < heads; ++h) {
-      cells.push_back(head_image(&weights[size_t(h * seq * seq)], allowed, seq, kSmallCap,
-                                 std::to_string(h) + ": " + head_kind_name(head_kind(h))));
-    }
-    const int cw = cells[0].width(), ch = cells[0].height();
-    Image grid(cols * cw, kMargin + line + grid_rows * ch, kBackground);
-    grid.text(kMargin, kMargin, variant + ", seq " + std::to_string(seq) + ", log colour scale",
-              kText, text_scale(side), grid.width() - 2 * kMargin);
-    for (int64_t h = 0; h < heads; ++h) {
-      grid.blit(cells[size_t(h)], int(h % cols) * cw, kMargin + line + int(h / cols) * ch);
-    }
-    if (!save(grid, out / "heads_grid.png", written)) return 1;
-  }
-  if (!save(patterns_image(set, rows), out / "patterns.png", written)) return 1;
+  if (!write_images(*kernel, run, set, rows, params.seq, heads, out, written)) return 1;
   std::printf("wrote (width x height):\n");
   for (const std::string& w : written) std::printf("%s\n", w.c_str());
   std::printf("\n");
