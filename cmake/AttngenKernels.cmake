@@ -88,6 +88,13 @@ function(attngen_default_isas OUT)
   set(${OUT} "${ATTNGEN_V_ISAS}" PARENT_SCOPE)
 endfunction()
 
+# The name the variant model gives a variant's kernel (NAME AUTO), e.g. for a target that links
+# one: attngen_kernel_name(name OP attention HEAD_DIM 64 ISA cuda).
+function(attngen_kernel_name OUT)
+  _attngen_variant_ask(--variant-cmake -- ${ARGN})
+  set(${OUT} "${ATTNGEN_V_NAME}" PARENT_SCOPE)
+endfunction()
+
 # The Halide runtime shared by every kernel of one architecture (one per build).
 function(_attngen_runtime NAME TARGET)
   if (TARGET ${NAME} OR TARGET attngen::${NAME})

@@ -33,10 +33,7 @@ class Attention : public Generator<Attention> {
   Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
 
   void configure() {
-    v_ = attngen::variant_or_throw(variant);
-    if (v_.op != attngen::Op::kAttention) {
-      throw CompileError("attngen: the attention generator got variant '" + variant.value() + "'");
-    }
+    v_ = attngen::variant_or_throw(variant, attngen::Op::kAttention);
     const Type t = attngen::halide_type(v_.dtype);
     q = add_input<Buffer<>>("q", t, 4);
     k = add_input<Buffer<>>("k", t, 4);

@@ -29,10 +29,7 @@ class Decode : public Generator<Decode> {
   Output<Buffer<>>* out = nullptr;              // (dv, h, i, b)
 
   void configure() {
-    v_ = attngen::variant_or_throw(variant);
-    if (v_.op != attngen::Op::kDecode) {
-      throw CompileError("attngen: the decode generator got variant '" + variant.value() + "'");
-    }
+    v_ = attngen::variant_or_throw(variant, attngen::Op::kDecode);
     const Type t = attngen::halide_type(v_.dtype), kv_type = attngen::halide_type(v_.kv_dtype);
     q = add_input<Buffer<>>("q", t, 4);
     kv_len = add_input<Buffer<int32_t, 1>>("kv_len");

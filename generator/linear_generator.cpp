@@ -21,10 +21,7 @@ class Linear : public Generator<Linear> {
   Output<Buffer<>>* y = nullptr;    // (n, s, b)
 
   void configure() {
-    v_ = attngen::variant_or_throw(variant);
-    if (v_.op != attngen::Op::kLinear) {
-      throw CompileError("attngen: the linear generator got variant '" + variant.value() + "'");
-    }
+    v_ = attngen::variant_or_throw(variant, attngen::Op::kLinear);
     const Type t = attngen::halide_type(v_.dtype);
     x = add_input<Buffer<>>("x", t, 3);
     w = add_input<Buffer<>>("w", t, 2);

@@ -30,10 +30,7 @@ class Mha : public Generator<Mha> {
   Output<Buffer<>>* y = nullptr;  // (e, s, b)
 
   void configure() {
-    v_ = attngen::variant_or_throw(variant);
-    if (v_.op != attngen::Op::kMha) {
-      throw CompileError("attngen: the mha generator got variant '" + variant.value() + "'");
-    }
+    v_ = attngen::variant_or_throw(variant, attngen::Op::kMha);
     const Type t = attngen::halide_type(v_.dtype);
     x = add_input<Buffer<>>("x", t, 3);
     in_w = add_input<Buffer<>>("in_w", t, 2);

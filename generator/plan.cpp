@@ -17,10 +17,14 @@ void apply(const KernelVariant& v, T& t,
 
 }  // namespace
 
-KernelVariant variant_or_throw(const std::string& text) {
+KernelVariant variant_or_throw(const std::string& text, Op op) {
   KernelVariant v;
   std::string error;
   if (!parse_variant(text, &v, &error)) throw Halide::CompileError("attngen: " + error);
+  if (v.op != op) {
+    throw Halide::CompileError(std::string("attngen: the ") + op_name(op) +
+                               " generator got variant '" + text + "'");
+  }
   return v;
 }
 

@@ -14,8 +14,9 @@
 
 namespace attngen {
 
-// Parses the generators' `variant` param; a malformed variant is a Halide::CompileError.
-KernelVariant variant_or_throw(const std::string& text);
+// Parses a generator's `variant` param, which must be of `op`; a malformed variant, or one of
+// another op, is a Halide::CompileError.
+KernelVariant variant_or_throw(const std::string& text, Op op);
 
 // The Halide type of a dtype.
 Halide::Type halide_type(DType dtype);

@@ -13,8 +13,11 @@
 
 #include "HalideBuffer.h"
 #include "HalideRuntimeCuda.h"
-#include "attn_f32_d64_causal__x86_64_cuda.h"
-#include "attn_f32_d64_none__x86_64_cuda.h"
+// The two kernels, named by bench/CMakeLists.txt from the variant model (attngen_kernel_name).
+#define ATTNGEN_STR2(x) #x
+#define ATTNGEN_STR(x) ATTNGEN_STR2(x)
+#include ATTNGEN_STR(ATTNGEN_DENSE_KERNEL.h)
+#include ATTNGEN_STR(ATTNGEN_CAUSAL_KERNEL.h)
 
 namespace {
 
@@ -80,8 +83,8 @@ int main() {
     bool causal;
   };
   const Named kernels[] = {
-      {"attn_f32_d64_none__x86_64_cuda", attn_f32_d64_none__x86_64_cuda, false},
-      {"attn_f32_d64_causal__x86_64_cuda", attn_f32_d64_causal__x86_64_cuda, true}};
+      {ATTNGEN_STR(ATTNGEN_DENSE_KERNEL), ATTNGEN_DENSE_KERNEL, false},
+      {ATTNGEN_STR(ATTNGEN_CAUSAL_KERNEL), ATTNGEN_CAUSAL_KERNEL, true}};
   std::printf("kernel,B,H,S,D,causal,ms,gflops\n");
   for (const Named& k : kernels) {
     for (const Shape& sh : shapes) {
