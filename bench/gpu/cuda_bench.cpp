@@ -82,9 +82,8 @@ int main() {
     Kernel fn;
     bool causal;
   };
-  const Named kernels[] = {
-      {ATTNGEN_STR(ATTNGEN_DENSE_KERNEL), ATTNGEN_DENSE_KERNEL, false},
-      {ATTNGEN_STR(ATTNGEN_CAUSAL_KERNEL), ATTNGEN_CAUSAL_KERNEL, true}};
+  const Named kernels[] = {{ATTNGEN_STR(ATTNGEN_DENSE_KERNEL), ATTNGEN_DENSE_KERNEL, false},
+                           {ATTNGEN_STR(ATTNGEN_CAUSAL_KERNEL), ATTNGEN_CAUSAL_KERNEL, true}};
   std::printf("kernel,B,H,S,D,causal,ms,gflops\n");
   for (const Named& k : kernels) {
     for (const Shape& sh : shapes) {
