@@ -40,6 +40,13 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 64 WEIGHTS LSE"
     "OP attention HEAD_DIM 64 MASK causal LSE"
     "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31 WEIGHTS"
+    # Generic kernels: any head dims up to the bucket's, the causal mask, a mask tensor and the
+    # soft cap at run time. Dispatch takes them only where no specialised kernel fits (the
+    # smallest bucket that does), so every valid call runs (docs/variants.md).
+    "OP attention HEAD_DIM 64 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 256 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
     # Layers.
     "OP linear"
     "OP mha HEAD_DIM 64"

@@ -66,6 +66,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   Expr first_position = offset + first_row, last_position = first_position + (tile - 1);
   if (spec.mask == MaskKind::kCausal) {
     visit = visit && first_key <= last_position;
+  } else if (spec.generic) {
+    visit = visit && (!in.causal || first_key <= last_position);
   }
   visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row, first_key,
                                   first_key + (block - 1), layout_lookup(in));
@@ -108,12 +110,22 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   // of a sequence without reading out of bounds; the extra rows and columns are never used.
   // The scale is applied to q once (Sq x D multiplies) instead of to every score (Sq x Skv).
   f.q = Func("q_tile");
-  f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
   Expr kj = clamp(j, 0, in.seq_kv - 1);
   f.k = Func("k_tile");
-  f.k(d, j, h, b) = in.k(d, hk, kj, b);
   f.v = Func("v_tile");
-  f.v(d, j, h, b) = in.v(d, hk, kj, b);
+  if (spec.generic) {
+    // The call's head dims padded with zeros up to the kernel's: the padded q.k terms add 0, the
+    // padded columns of p.v are never written out.
+    Expr dq = min(d, in.dqk - 1), dv = min(d, in.dv - 1);
+    f.q(d, h, i, b) =
+        select(d < in.dqk, in.q(dq, h, clamp(i, 0, in.seq_q - 1), b), 0.0f) * in.scale;
+    f.k(d, j, h, b) = select(d < in.dqk, in.k(dq, hk, kj, b), 0.0f);
+    f.v(d, j, h, b) = select(d < in.dv, in.v(dv, hk, kj, b), 0.0f);
+  } else {
+    f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
+    f.k(d, j, h, b) = in.k(d, hk, kj, b);
+    f.v(d, j, h, b) = in.v(d, hk, kj, b);
+  }
 
   f.dot = Func("dot");
   f.dot(j, i, h, b) = 0.0f;
@@ -122,6 +134,11 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr s = f.dot(j, i, h, b);
   if (spec.softcap) {
     s = in.softcap * tanh(s / in.softcap);
+  } else if (spec.generic) {
+    s = select(in.softcap == 0.0f, s, in.softcap * tanh(s / in.softcap));
+    // The common case a schedule specialises for: no soft cap and no mask tensor. (Written as
+    // `input == constant`, which the specialised branch substitutes, dropping the selects.)
+    f.plain = in.softcap == 0.0f && in.mask_kind == 0;
   }
 
   // Position alignment: query i sits at absolute position offset + i.
@@ -131,6 +148,8 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr attend = j < kv_len;
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;
+  } else if (spec.generic) {
+    attend = attend && (!in.causal || j <= offset + i);
   }
   attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj,
                                      layout_lookup(in));
@@ -142,6 +161,11 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     Expr add = in.mask(kj, mi, h, b);
     attend = attend && add > kMaskedBelow;
     s = s + add;
+  } else if (spec.generic) {
+    Expr add = in.add_mask(kj, mi, h, b);
+    attend = attend && (in.mask_kind != 1 || in.bool_mask(kj, mi, h, b) != 0) &&
+             (in.mask_kind != 2 || add > kMaskedBelow);
+    s = select(in.mask_kind == 2, s + add, s);
   }
 
   f.scores = Func("scores");

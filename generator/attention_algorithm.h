@@ -20,7 +20,11 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
-  PatternSpec pattern;   // generator/pattern.h
+  PatternSpec pattern;  // generator/pattern.h
+  // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the call's are
+  // AttentionInputs::dqk / dv, padded with zeros up to these), and the causal mask, the mask
+  // tensor and the soft cap are run-time inputs (mask, softcap and mask_tensor above unused).
+  bool generic = false;
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
@@ -44,6 +48,11 @@ struct AttentionInputs {
   Halide::Func q, k, v, kv_len, mask, layout;
   Halide::Expr seq_q, seq_kv, heads_q, heads_kv;
   Halide::Expr scale, softcap, bottom_right;
+  // Generic kernels only (spec.generic): the call's head dims, whether it is causal, which mask
+  // tensor it has (0 none, 1 bool, 2 additive: attngen_mask_tensor_kind) and both masks (the
+  // one it does not have is a broadcast stand-in). softcap <= 0 means none.
+  Halide::Expr dqk, dv, causal, mask_kind;
+  Halide::Func bool_mask, add_mask;
 };
 
 struct AttentionFuncs {
@@ -73,6 +82,7 @@ struct AttentionFuncs {
   Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
   Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
   Halide::Expr top_left;   // the call aligns query i with key i (offset 0): worth specialising
+  Halide::Expr plain;      // generic: a call without mask tensor or soft cap, worth specialising
   Halide::Func weights;    // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
   Halide::Func lse;        // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
 };

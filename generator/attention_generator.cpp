@@ -28,9 +28,14 @@ class Attention : public Generator<Attention> {
   Input<bool>* bottom_right = nullptr;          // alignment of queries to keys
   Input<Buffer<>>* mask = nullptr;              // (j, i, h, b), only with a mask tensor
   Input<Buffer<uint8_t, 2>>* layout = nullptr;  // (key block, query block), block-sparse only
-  Output<Buffer<>>* out = nullptr;              // (dv, h, s, b)
-  Output<Buffer<float, 4>>* weights = nullptr;  // (j, i, h, b): P [B, Hq, Sq, Skv]
-  Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
+  // Generic kernels only: the run-time options (AttentionInputs).
+  Input<bool>* causal = nullptr;
+  Input<int32_t>* mask_kind = nullptr;             // 0 none, 1 bool, 2 additive
+  Input<Buffer<uint8_t, 4>>* bool_mask = nullptr;  // (j, i, h, b), broadcast where unused
+  Input<Buffer<float, 4>>* add_mask = nullptr;     // (j, i, h, b), broadcast where unused
+  Output<Buffer<>>* out = nullptr;                 // (dv, h, s, b)
+  Output<Buffer<float, 4>>* weights = nullptr;     // (j, i, h, b): P [B, Hq, Sq, Skv]
+  Output<Buffer<float, 3>>* lse = nullptr;         // (i, h, b): [B, Hq, Sq]
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kAttention);
@@ -48,6 +53,12 @@ class Attention : public Generator<Attention> {
     }
     if (v_.pattern.kind == attngen::Pattern::kBlockSparse) {
       layout = add_input<Buffer<uint8_t, 2>>("layout");
+    }
+    if (v_.generic) {
+      causal = add_input<bool>("causal");
+      mask_kind = add_input<int32_t>("mask_kind");
+      bool_mask = add_input<Buffer<uint8_t, 4>>("bool_mask");
+      add_mask = add_input<Buffer<float, 4>>("add_mask");
     }
     out = add_output<Buffer<>>("out", t, 4);
     if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
@@ -75,17 +86,42 @@ class Attention : public Generator<Attention> {
     in.scale = *scale;
     in.softcap = *softcap_value;
     in.bottom_right = *bottom_right;
+    if (v_.generic) {
+      in.dqk = q->dim(0).extent();
+      in.dv = v->dim(0).extent();
+      in.causal = *causal;
+      in.mask_kind = *mask_kind;
+      in.bool_mask = *bool_mask;
+      in.add_mask = *add_mask;
+    }
 
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
     if (weights) (*weights)(f.j, f.i, f.h, f.b) = f.weights(f.j, f.i, f.h, f.b);
     if (lse) (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
 
-    // Head dims are compile-time: tell Halide, so vector loops over them have no tails.
-    q->dim(0).set_bounds(0, spec.head_dim_qk);
-    k->dim(0).set_bounds(0, spec.head_dim_qk);
-    v->dim(0).set_bounds(0, spec.head_dim_v);
-    out->dim(0).set_bounds(0, spec.head_dim_v);
+    // Head dims are compile-time: tell Halide, so vector loops over them have no tails. (A
+    // generic kernel's are run-time, at most the spec's.)
+    if (!v_.generic) {
+      q->dim(0).set_bounds(0, spec.head_dim_qk);
+      k->dim(0).set_bounds(0, spec.head_dim_qk);
+      v->dim(0).set_bounds(0, spec.head_dim_v);
+      out->dim(0).set_bounds(0, spec.head_dim_v);
+    } else {
+      // Broadcast masks have innermost stride 0.
+      bool_mask->dim(0).set_stride(Expr());
+      add_mask->dim(0).set_stride(Expr());
+      bool_mask->set_estimates({{0, attngen::Estimates::kSeq},
+                                {0, attngen::Estimates::kSeq},
+                                {0, attngen::Estimates::kHeads},
+                                {0, attngen::Estimates::kBatch}});
+      add_mask->set_estimates({{0, attngen::Estimates::kSeq},
+                               {0, attngen::Estimates::kSeq},
+                               {0, attngen::Estimates::kHeads},
+                               {0, attngen::Estimates::kBatch}});
+      causal->set_estimate(false);
+      mask_kind->set_estimate(0);
+    }
 
     using E = attngen::Estimates;
     q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, E::kSeq}, {0, E::kBatch}});

@@ -184,6 +184,7 @@ int descriptor(int argc, char** argv) {
   feature(v.weights, "kWeights");
   feature(v.lse, "kLse");
   feature(t->isa == Isa::kCuda, "kGpu");
+  feature(v.generic, "kGeneric");
   if (features.empty()) features = "0";
   const PatternSpec& p = v.pattern;
   const char* op = kOps[static_cast<int>(v.op)];
@@ -216,6 +217,7 @@ int descriptor(int argc, char** argv) {
     << p.global_tokens << "},\n"
     << "    " << (v.weights ? 1 : 0) << ",\n"
     << "    " << (v.lse ? 1 : 0) << ",\n"
+    << "    " << (v.generic ? 1 : 0) << ",\n"
     << "    " << v.key_block << ",\n"
     << "    " << r.key_block << ",\n"
     << "    " << r.query_tile << ",\n"

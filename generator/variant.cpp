@@ -149,6 +149,12 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
     case Op::kAttention:
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
+      // A generic kernel takes the masks, the soft cap and the form at run time.
+      for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "PATTERN", "WEIGHTS", "LSE"}) {
+        if (v->generic && has(w)) {
+          return fail(std::string(w) + " does not apply to a GENERIC kernel (run-time options)");
+        }
+      }
       break;
   }
   if (v->op != Op::kDecode) v->kv_dtype = v->dtype;
@@ -236,8 +242,11 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
     const std::string key = words[at++];
     if (given.count(key) != 0) return fail(key + " given twice");
     given[key] = true;
-    if (key == "SOFTCAP" || key == "WEIGHTS" || key == "LSE") {
-      (key == "SOFTCAP" ? v->softcap : key == "WEIGHTS" ? v->weights : v->lse) = true;
+    if (key == "SOFTCAP" || key == "WEIGHTS" || key == "LSE" || key == "GENERIC") {
+      (key == "SOFTCAP"   ? v->softcap
+       : key == "WEIGHTS" ? v->weights
+       : key == "LSE"     ? v->lse
+                          : v->generic) = true;
       continue;
     }
     if (key == "TUNABLES" || key == "ONLY_ISAS") {
@@ -306,7 +315,7 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
       return fail("unknown word " + key +
                   " (OP DTYPE KV_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
                   "WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
-                  "KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
+                  "GENERIC KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
     }
     if (!ok) return fail(key + " " + value + " is not a valid number");
   }
@@ -353,6 +362,7 @@ std::string canonical(const KernelVariant& v) {
   }
   if (v.weights) s += " WEIGHTS";
   if (v.lse) s += " LSE";
+  if (v.generic) s += " GENERIC";
   if (v.key_block > 0) s += " KEY_BLOCK " + std::to_string(v.key_block);
   if (v.query_tile > 0) s += " QUERY_TILE " + std::to_string(v.query_tile);
   return s;
@@ -363,7 +373,7 @@ std::string kernel_name(const KernelVariant& v, const TargetRow& target) {
   std::string s = std::string(kShort[static_cast<int>(v.op)]) + "_" + dtype_name(v.dtype);
   if (v.op == Op::kDecode && v.kv_dtype != v.dtype) s += std::string("kv") + dtype_name(v.kv_dtype);
   if (v.op != Op::kLinear) {
-    s += "_" + head_dims(v) + "_" + kMasks.name(v.mask);
+    s += "_" + head_dims(v) + "_" + (v.generic ? "generic" : kMasks.name(v.mask));
     for (const std::string& w : shape_words(v)) s += "_" + w;
     if (v.weights) s += "_p";
     if (v.lse) s += "_lse";
@@ -378,7 +388,10 @@ std::string tuning_class(const KernelVariant& v) {
   if (v.op != Op::kAttention) return "";
   std::string s = "attention";
   if (v.dtype != DType::kF32) s += std::string(" ") + dtype_name(v.dtype);
-  s += " " + head_dims(v) + (v.mask == MaskKind::kCausal ? " causal" : " dense");
+  s += " " + head_dims(v) +
+       (v.generic                     ? " generic"
+        : v.mask == MaskKind::kCausal ? " causal"
+                                      : " dense");
   for (const std::string& w : shape_words(v)) s += " " + w;
   if (v.weights) s += " weights";
   if (v.lse) s += " lse";
@@ -411,10 +424,12 @@ bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* err
       return fail("expected d<D>[v<Dv>] after the op");
     }
     text += " HEAD_DIM " + std::to_string(d) + (dv > 0 ? " HEAD_DIM_V " + std::to_string(dv) : "");
-    if (++at >= words.size() || (words[at] != "dense" && words[at] != "causal")) {
-      return fail("expected dense or causal after the head dims");
+    if (++at >= words.size() ||
+        (words[at] != "dense" && words[at] != "causal" && words[at] != "generic")) {
+      return fail("expected dense, causal or generic after the head dims");
     }
-    if (words[at++] == "causal") text += " MASK causal";
+    if (words[at] == "causal") text += " MASK causal";
+    if (words[at++] == "generic") text += " GENERIC";
   }
   for (; at < words.size(); ++at) {
     const std::string& w = words[at];
@@ -460,6 +475,10 @@ std::string description(const KernelVariant& v) {
     s += std::string(" with a ") + dtype_name(v.kv_dtype) + " cache";
   }
   if (v.op == Op::kLinear) return s;
+  if (v.generic) {
+    return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
+           std::to_string(v.head_dim_v) + ", masks and soft cap at run time";
+  }
   s += ", head dim " + std::to_string(v.head_dim_qk);
   if (v.head_dim_v != v.head_dim_qk) s += "/" + std::to_string(v.head_dim_v);
   s += v.mask == MaskKind::kCausal ? ", causal" : ", no causal mask";

@@ -38,6 +38,10 @@ struct KernelVariant {
   bool softcap = false;
   PatternSpec pattern;
   bool weights = false, lse = false;  // extra outputs
+  // GENERIC (attention): head dims up to HEAD_DIM / HEAD_DIM_V, the causal mask, a mask tensor
+  // (bool or additive) and the soft cap are run-time inputs; serves any call a specialised
+  // kernel does not (docs/variants.md, "Generic kernels").
+  bool generic = false;
   int key_block = 0;   // KEY_BLOCK: the key-block form asked for (0: the target's default form)
   int query_tile = 0;  // QUERY_TILE: query rows per task asked for (0: the schedule's choice)
   std::vector<Tunable> tunables;       // TUNABLES name=value: schedule tunables given explicitly

@@ -160,13 +160,14 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
-      .split(d, vo, vi, dv_lanes, dv_tail)
+      .split(d, vo, vi, dv_lanes, spec.generic ? TailStrategy::GuardWithIf : dv_tail)
       .reorder(vi, vo, ii, io, h, b)
       .vectorize(vi)
-      .unroll(vo)
       .parallel(b)
       .parallel(h)
       .rename(io, task);
+  // A generic kernel writes the call's Dv (run-time) of the state's padded head dim.
+  if (!spec.generic) out.unroll(vo);
   // Heads and batches are parallel loops of their own, not fused into the task loop: through
   // a fused loop bounds inference sized the state for every head, a heap allocation per task
   // (measured: causal B1 H12 S1024 44 ms against 50-64 ms, dense key-block 128 B1 H16 S2048
@@ -176,6 +177,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   // The running (acc, max, sum) of the tile, updated once per key block.
   Func state = f.state;
   state.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
+  if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   state.update()
       .split(d, vo, vi, dv_lanes, dv_tail)
@@ -202,6 +204,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   schedule_score_tile(f, {f.block_max, f.block_sum}, f.i, {f.rk}, lanes, t.key_tile);
   Func pv = f.block_pv;
   pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  if (spec.generic) pv.bound(d, 0, spec.head_dim_v);
   pv.update()
       .split(i, ro, ri, t.pv_rows)
       .split(d, vo, vi, dv_lanes, dv_tail)
@@ -209,6 +212,9 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
+  // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
+  // mask reads in the score tile.
+  if (spec.generic) f.scores.specialize(f.plain);
 }
 
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {

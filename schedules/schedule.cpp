@@ -90,7 +90,9 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   AttentionTunables want = requested;
   // The row form skips the keys past the causal diagonal of a query tile; patterns skip whole
   // key blocks, in the key-block form.
-  if (ps.kind != Pattern::kNone && spec.key_block == 0 && !target.has_gpu_feature()) {
+  // Generic kernels take causal at run time: key blocks skip what it masks.
+  if ((ps.kind != Pattern::kNone || spec.generic) && spec.key_block == 0 &&
+      !target.has_gpu_feature()) {
     spec.key_block = kSkippingKeyBlock;
   }
   if (ps.kind == Pattern::kBlockSparse && !target.has_gpu_feature()) {

@@ -232,8 +232,13 @@ TEST_F(AttentionValidation, ExtraOutputs) {
 }
 
 TEST_F(AttentionValidation, NoKernelForConfiguration) {
-  q.t.shape[3] = k.t.shape[3] = 7;  // no head dim 7 kernel is generated
-  expect_error(ATTNGEN_ERROR_NO_KERNEL, "head dim 7");
+  // Past the largest generic kernel's head dims (512): no kernel can run it.
+  std::mt19937_64 rng(fresh_seed());
+  q.init({2, 5, 4, 600}, 0);
+  k.init({2, 7, 2, 600}, 0);
+  q.fill_random(rng, -1, 1);
+  k.fill_random(rng, -1, 1);
+  expect_error(ATTNGEN_ERROR_NO_KERNEL, "head dim 600");
 }
 
 TEST_F(AttentionValidation, NamedKernel) {
@@ -330,7 +335,7 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
         k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
-        k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse &&
+        k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse && !k->generic &&
         attngen_kernel_supported(k)) {
       real = k;
     }

@@ -389,7 +389,7 @@ KernelQuery attention_query(const AttentionCall& call) {
 // The kernel's arguments: Halide views of the call's tensors (kept in `views`), and scratch for
 // a log-sum-exp output the kernel writes but the call did not ask for.
 struct AttentionViews {
-  HalideView q, k, v, out, kv_len, weights, lse;
+  HalideView q, k, v, out, kv_len, weights, lse, bool_mask, add_mask;
   std::vector<float> lse_scratch;
 };
 
@@ -424,6 +424,29 @@ attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_inf
     make_view(views.lse,
               attngen_tensor_contiguous(views.lse_scratch.data(), ATTNGEN_F32, 3, shape));
     args.lse = &views.lse.buf;
+  }
+  if (kernel.generic) {
+    // The run-time options, and the mask the call does not have as a stand-in that masks
+    // nothing: one element (attend / add 0) broadcast to (Skv, Sq, Hq, B).
+    static const uint8_t kAttend = 1;
+    static const float kAddNothing = 0.0f;
+    const int64_t full[4] = {call.batch, call.heads_q, call.seq_q, call.seq_kv};
+    const auto stand_in = [&](HalideView& view, const void* value, attngen_dtype dtype) {
+      attngen_tensor t = attngen_tensor_contiguous(const_cast<void*>(value), dtype, 4, full);
+      for (int64_t& stride : t.strides) stride = 0;
+      make_view(view, t);
+    };
+    args.causal = opt.mask == ATTNGEN_MASK_CAUSAL;
+    args.mask_kind = attention_query(call).mask_tensor;
+    if (args.mask_kind != ATTNGEN_MASK_TENSOR_BOOL)
+      stand_in(views.bool_mask, &kAttend, ATTNGEN_BOOL);
+    if (args.mask_kind != ATTNGEN_MASK_TENSOR_ADDITIVE) {
+      stand_in(views.add_mask, &kAddNothing, ATTNGEN_F32);
+    }
+    args.bool_mask =
+        args.mask_kind == ATTNGEN_MASK_TENSOR_BOOL ? &call.mask.buf : &views.bool_mask.buf;
+    args.add_mask =
+        args.mask_kind == ATTNGEN_MASK_TENSOR_ADDITIVE ? &call.mask.buf : &views.add_mask.buf;
   }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(call.dqk));
   args.softcap = opt.softcap;

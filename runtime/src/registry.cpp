@@ -114,6 +114,9 @@ bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
 // Whether k is preferred to best, both fitting the call.
 bool better(const attngen_kernel_info& k, const attngen_kernel_info& best, const KernelQuery& q) {
   if (isa_rank(k.isa) != isa_rank(best.isa)) return isa_rank(k.isa) > isa_rank(best.isa);
+  // A specialised kernel before a generic one; among generic ones the least padding.
+  if (k.generic != best.generic) return !k.generic;
+  if (k.generic) return k.head_dim_qk + k.head_dim_v < best.head_dim_qk + best.head_dim_v;
   if (form_rank(k, q) != form_rank(best, q)) return form_rank(k, q) > form_rank(best, q);
   return better_tile(k, best, q);
 }
@@ -184,10 +187,19 @@ const char* dtype_mismatch(const attngen_kernel_info& k, const KernelQuery& q,
   return "";
 }
 
+// A generic attention kernel serves any call within its head dims and without a pattern or
+// extra outputs (the masks and the soft cap are its run-time inputs).
+bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
+  return q.op == ATTNGEN_OP_ATTENTION && q.head_dim_qk <= k.head_dim_qk &&
+         q.head_dim_v <= k.head_dim_v && q.pattern.kind == ATTNGEN_PATTERN_NONE && !q.weights &&
+         !q.lse;
+}
+
 // Everything but the dtypes.
 bool fits_shape(const attngen_kernel_info& k, const KernelQuery& q) {
   if (k.op != q.op) return false;
   if (q.op == ATTNGEN_OP_LINEAR) return true;
+  if (k.generic) return generic_fits(k, q);
   if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;
   if (q.op == ATTNGEN_OP_MHA) return true;
   const attngen_pattern &kp = k.pattern, &qp = q.pattern;

@@ -187,6 +187,9 @@ void make_view(HalideView& view, const attngen_tensor& t) {
     case ATTNGEN_BOOL:
       b.type = halide_type_t(halide_type_uint, 8);
       break;
+    case ATTNGEN_I8:
+      b.type = halide_type_t(halide_type_int, 8);
+      break;
     case ATTNGEN_I32:
     case ATTNGEN_DTYPE_FORCE_32BIT:  // rejected by check_tensor before any view is made
       b.type = halide_type_t(halide_type_int, 32);

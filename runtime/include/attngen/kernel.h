@@ -46,6 +46,11 @@ typedef struct attngen_kernel_args {
   int32_t capacity;              /* ring size of the cache (slot = position mod capacity) */
   int32_t window;                /* left window, -1: none */
   int32_t split_keys;            /* split-KV: keys per partial (rounded up to key blocks) */
+  /* generic attention only: the call's causal mask and mask tensor kind, and both masks (the
+   * one of the other kind, or both, broadcast stand-ins that mask nothing) */
+  int32_t causal;
+  attngen_mask_tensor_kind mask_kind;
+  struct halide_buffer_t *bool_mask, *add_mask;
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info below. A descriptor carries the version and the struct size
@@ -80,6 +85,10 @@ typedef struct attngen_kernel_info {
   /* attention only: the pattern (layout NULL: a run-time input) and the extra outputs */
   attngen_pattern pattern;
   int32_t weights, lse; /* 1: writes the attention weights / the row log-sum-exp */
+  /* attention: 1 for a generic kernel (GENERIC): any head dims up to head_dim_qk/head_dim_v,
+   * and the causal mask, a mask tensor and the soft cap at run time (mask, mask_tensor and
+   * softcap above are then 0). Dispatch prefers a specialised kernel that fits. */
+  int32_t generic;
   /* attention: the variant's KEY_BLOCK (0: the target's default form). Among equally good fits
    * the runtime prefers a kernel built with KEY_BLOCK for long key sequences and a default one
    * for short. */

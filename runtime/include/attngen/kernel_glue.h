@@ -18,6 +18,7 @@ enum Feature : int {
   kWeights = 4,     // a weights output after out
   kLse = 8,         // a log-sum-exp output after that
   kGpu = 16,        // a GPU kernel: see run()
+  kGeneric = 32,    // a generic attention kernel: run-time options before out
 };
 
 template <bool Present, typename T>
@@ -33,7 +34,11 @@ auto optional_arg(T value) {
 // and outputs added in configure() follow the declared ones.
 template <attngen_op Op, int Features, auto Fn>
 int call(void* uc, const attngen_kernel_args* a) {
-  if constexpr (Op == ATTNGEN_OP_ATTENTION) {
+  if constexpr (Op == ATTNGEN_OP_ATTENTION && (Features & kGeneric) != 0) {
+    return Fn(uc, a->q, a->k, a->v, a->kv_len, a->scale, a->softcap, a->bottom_right != 0,
+              a->causal != 0, static_cast<int32_t>(a->mask_kind), a->bool_mask, a->add_mask,
+              a->out);
+  } else if constexpr (Op == ATTNGEN_OP_ATTENTION) {
     return std::apply(Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale,
                                                          a->softcap, a->bottom_right != 0),
                                          optional_arg<(Features & kMaskTensor) != 0>(a->mask),
@@ -60,9 +65,10 @@ int run(void* uc, const attngen_kernel_args* a) {
     for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
       if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
     }
-    halide_buffer_t* const buffers[] = {a->q,      a->k,     a->v,   a->kv_len,  a->mask,
-                                        a->layout, a->x,     a->w,   a->w2,      a->bias,
-                                        a->bias2,  a->q_len, a->out, a->weights, a->lse};
+    halide_buffer_t* const buffers[] = {a->q,         a->k,       a->v,   a->kv_len,  a->mask,
+                                        a->layout,    a->x,       a->w,   a->w2,      a->bias,
+                                        a->bias2,     a->q_len,   a->out, a->weights, a->lse,
+                                        a->bool_mask, a->add_mask};
     for (halide_buffer_t* buf : buffers) {
       if (buf != nullptr && buf->device != 0) {
         const int freed = halide_device_free(uc, buf);

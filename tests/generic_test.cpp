@@ -1,0 +1,110 @@
+// Generic attention kernels (GENERIC in generated/variants.cmake): any head dims up to their
+// bucket, and the causal mask, a mask tensor and the soft cap at run time, each against the
+// float64 reference; and dispatch, which takes them where no specialised kernel fits.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attngen/kernel.h"
+#include "tests/attention_tester.h"
+
+namespace attngen::test {
+namespace {
+
+std::vector<const attngen_kernel_info*> generic_kernels() {
+  std::vector<const attngen_kernel_info*> out;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_ATTENTION && k->generic) out.push_back(k);
+  }
+  return out;
+}
+
+class GenericKernel : public ::testing::TestWithParam<const attngen_kernel_info*> {
+ protected:
+  void SetUp() override {
+    if (!attngen_kernel_supported(GetParam())) {
+      GTEST_SKIP() << GetParam()->name << " needs " << GetParam()->isa
+                   << ", which this machine lacks";
+    }
+  }
+  int64_t dqk() const { return GetParam()->head_dim_qk; }
+  int64_t dv() const { return GetParam()->head_dim_v; }
+};
+
+// Head dims from 1 to the bucket's, odd ones, Dqk != Dv, with GQA and odd lengths.
+TEST_P(GenericKernel, HeadDims) {
+  const int64_t d = dqk(), e = dv();
+  const std::vector<std::pair<int64_t, int64_t>> dims = {
+      {1, 1}, {7, 7}, {d / 2 + 3, e / 2 + 3}, {d, 13}, {d - 1, e}, {d, e}};
+  for (const auto& [q, v] : dims) {
+    AttentionTester().batch(2).heads(4, 2).seq(21, 37).head_dim(q, v).Test(GetParam());
+  }
+}
+
+// The run-time options alone and together: causal in both alignments, key padding, bool and
+// additive masks, the soft cap.
+TEST_P(GenericKernel, RunTimeOptions) {
+  const int64_t d = std::min<int64_t>(dqk(), 40), e = std::min<int64_t>(dv(), 24);
+  const auto base = [&](int64_t sq, int64_t skv) {
+    AttentionTester t;
+    t.batch(2).heads(2, 1).seq(sq, skv).head_dim(d, e);
+    return t;
+  };
+  base(33, 70).causal().Test(GetParam());
+  base(70, 70).causal().top_left().Test(GetParam());
+  base(19, 45).causal().top_left().Test(GetParam());
+  base(30, 65).kv_len({65, 20}).causal().Test(GetParam());
+  base(17, 90).bool_mask({2, 2, 17, 90}).Test(GetParam());
+  base(40, 40).bool_mask({1, 1, 40, 40}).causal().Test(GetParam());
+  base(23, 50).additive_mask({2, 1, 23, 50}).Test(GetParam());
+  base(23, 50).additive_mask({50}).causal().Test(GetParam());
+  base(29, 29).softcap(5.0f).Test(GetParam());
+  base(29, 64)
+      .softcap(3.0f)
+      .causal()
+      .additive_mask({2, 2, 29, 64})
+      .kv_len({64, 40})
+      .Test(GetParam());
+  base(31, 31).integer_inputs(12).scale(8.0f).causal().Test(GetParam());
+}
+
+// Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal.
+TEST_P(GenericKernel, Lengths) {
+  const int64_t d = std::min<int64_t>(dqk(), 64), e = std::min<int64_t>(dv(), 64);
+  for (const int64_t s : {1, 63, 64, 65, 129, 200}) {
+    AttentionTester().heads(2, 2).seq(s, s).head_dim(d, e).causal(s % 2 == 1).Test(GetParam());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, GenericKernel, ::testing::ValuesIn(generic_kernels()),
+                         [](const ::testing::TestParamInfo<const attngen_kernel_info*>& info) {
+                           return std::string(info.param->name);
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GenericKernel);
+
+// A call no specialised kernel takes runs on the generic kernel of the smallest bucket that
+// fits; one a specialised kernel takes runs there.
+TEST(GenericDispatch, ServesWhatNoSpecialisedKernelDoes) {
+  if (generic_kernels().empty()) GTEST_SKIP() << "no generic kernel is built";
+  AttentionTester().heads(2, 1).seq(20, 30).head_dim(96).causal().softcap(4.0f).Test();
+  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr);
+  EXPECT_TRUE(k->generic) << k->name;
+  EXPECT_EQ(k->head_dim_qk, 128) << k->name << ": the smallest bucket holding 96";
+  EXPECT_STREQ(k->isa, attngen_isa());
+  AttentionTester().heads(2, 2).seq(20, 30).head_dim(64).causal().Test();
+  k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr);
+  EXPECT_FALSE(k->generic) << "a specialised kernel fits D64 causal, not " << k->name;
+  // Dqk and Dv in different buckets: the bucket must hold both.
+  AttentionTester().heads(1, 1).seq(9, 12).head_dim(40, 200).Test();
+  k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr);
+  EXPECT_TRUE(k->generic && k->head_dim_v >= 200 && k->head_dim_qk >= 40) << k->name;
+}
+
+}  // namespace
+}  // namespace attngen::test
