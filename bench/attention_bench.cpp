@@ -67,9 +67,17 @@ double attended_pairs(const attngen_kernel_info& k, const attngen_pattern& p, in
   return n;
 }
 
-void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape shape) {
+// `kernel` at its own configuration; a generic kernel (generic_call set) at head dim 64 with the
+// causal mask or not, as a call no specialised kernel served would run it.
+struct GenericCall {
+  bool on = false, causal = false;
+};
+
+void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape shape,
+               GenericCall generic_call = {}) {
   const int64_t B = shape.b, H = shape.h, S = shape.s;
-  const int64_t Dqk = kernel->head_dim_qk, Dv = kernel->head_dim_v;
+  const int64_t Dqk = generic_call.on ? 64 : kernel->head_dim_qk;
+  const int64_t Dv = generic_call.on ? 64 : kernel->head_dim_v;
   std::vector<float> q = random_vector(B * S * H * Dqk, 1), k = random_vector(B * S * H * Dqk, 2);
   std::vector<float> v = random_vector(B * S * H * Dv, 3), o(B * S * H * Dv);
   const int64_t qs[] = {B, S, H, Dqk}, vs[] = {B, S, H, Dv};
@@ -80,6 +88,7 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
   attngen_attention_options opt = attngen_attention_options_default();
   opt.kernel = kernel->name;
   opt.mask = kernel->mask;
+  if (generic_call.on) opt.mask = generic_call.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
   if (kernel->softcap) opt.softcap = 30.0f;
   // Mask-tensor kernels get a dense [Sq, Skv] mask broadcast over batch and heads.
   std::vector<uint8_t> keep(kernel->mask_tensor == ATTNGEN_MASK_TENSOR_BOOL ? S * S : 0, 1);
@@ -117,7 +126,9 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
     }
   }
   // FLOPs of the attended pairs only (FlashAttention's convention for dense and causal).
-  const double pairs = attended_pairs(*kernel, opt.pattern, S);
+  const double pairs = generic_call.on && generic_call.causal ? 0.5 * S * (S + 1)
+                       : generic_call.on                      ? static_cast<double>(S) * S
+                                         : attended_pairs(*kernel, opt.pattern, S);
   state.counters["pairs/dense"] = pairs / (static_cast<double>(S) * S);
   set_gflops(state, 2.0 * B * H * pairs * (Dqk + Dv));
 }
@@ -437,6 +448,51 @@ std::vector<std::string> take_flag(const char* name, int* argc, char** argv) {
   return values;
 }
 
+// The price of generality (bench/generic_price.py): D64 dense and causal at B1 H16 S2048 and
+// ViT-B's B8 H12 S197, on the specialised kernel dispatch picks and on the generic kernel of
+// the same ISA, as generic/<dense|causal>/<shape>/<specialised|generic>.
+const attngen_kernel_info* dispatched_d64(int64_t S, bool causal) {
+  std::vector<float> q = random_vector(S * 64, 1), o(S * 64);
+  const int64_t sh[] = {1, S, 1, 64};
+  attngen_tensor t = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, sh);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, sh);
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
+  if (attngen_attention(&t, &t, &t, &to, &opt) != ATTNGEN_OK) return nullptr;
+  return attngen_find_kernel(attngen_last_kernel());
+}
+
+void register_generic_price() {
+  const attngen_kernel_info* generic = nullptr;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->generic && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
+        !std::strcmp(k->isa, attngen_isa())) {
+      generic = k;
+    }
+  }
+  if (generic == nullptr) return;
+  for (const bool causal : {false, true}) {
+    for (const Shape s : {Shape{1, 16, 2048}, Shape{8, 12, 197}}) {
+      // The specialised kernel automatic dispatch takes for the call (a small one of the same
+      // lengths and options).
+      const attngen_kernel_info* special = dispatched_d64(s.s, causal);
+      if (special == nullptr || special->generic) continue;
+      const std::string base = std::string("generic/") + (causal ? "causal" : "dense") + "/B" +
+                               std::to_string(s.b) + "_H" + std::to_string(s.h) + "_S" +
+                               std::to_string(s.s);
+      benchmark::RegisterBenchmark((base + "/specialised").c_str(), attention, special, s,
+                                   GenericCall{})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark((base + "/generic").c_str(), attention, generic, s,
+                                   GenericCall{true, causal})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -475,9 +531,10 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
+  register_generic_price();
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (!attngen_kernel_supported(k)) continue;
+    if (!attngen_kernel_supported(k) || k->generic) continue;
     if (k->op == ATTNGEN_OP_ATTENTION) {
       // Sparse patterns and their dense peers at growing lengths (D 64, H 8): time should
       // follow the attended pairs. Only for the kernels automatic dispatch would choose here.
@@ -485,7 +542,7 @@ int main(int argc, char** argv) {
           k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap && !k->weights && !k->lse) {
         for (int64_t n : {1024, 2048, 4096, 16384}) {
           const std::string name = "pattern/" + std::string(k->name) + "/S" + std::to_string(n);
-          benchmark::RegisterBenchmark(name.c_str(), attention, k, Shape{1, 8, n})
+          benchmark::RegisterBenchmark(name.c_str(), attention, k, Shape{1, 8, n}, GenericCall{})
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
@@ -493,7 +550,7 @@ int main(int argc, char** argv) {
       for (const Shape s : {Shape{1, 16, 2048}, Shape{4, 12, 512}}) {
         const std::string name = std::string(k->name) + "/B" + std::to_string(s.b) + "_H" +
                                  std::to_string(s.h) + "_S" + std::to_string(s.s);
-        benchmark::RegisterBenchmark(name.c_str(), attention, k, s)
+        benchmark::RegisterBenchmark(name.c_str(), attention, k, s, GenericCall{})
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }
