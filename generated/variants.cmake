@@ -47,6 +47,13 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
     "OP attention HEAD_DIM 256 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
     "OP attention HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    # Generic pattern kernels: the pattern's kind built in, its parameters at run time (one
+    # window kernel serves Mistral's 4096 and Longformer's 256), with the generic options.
+    "OP attention HEAD_DIM 128 GENERIC PATTERN window ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 256 GENERIC PATTERN window ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN strided ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local ONLY_ISAS avx512 avx2 sse41 neon"
     # Layers.
     "OP linear"
     "OP mha HEAD_DIM 64"

@@ -12,7 +12,13 @@ struct PatternOps<Expr> {
   using Bool = Expr;
   static Expr always() { return Internal::const_true(); }
   static Expr abs(const Expr& x) { return Halide::abs(x); }
-  static Expr floor_div(const Expr& x, int n) { return x / n; }  // Halide's / rounds down
+  static Expr floor_div(const Expr& x, const Expr& n) { return x / n; }  // Halide's / rounds down
+  static Expr side(int param, const Expr& cond, const Expr& otherwise) {
+    return param >= 0 ? cond : otherwise;
+  }
+  static Expr side(const Expr& param, const Expr& cond, const Expr& otherwise) {
+    return select(param >= 0, cond, otherwise);
+  }
 };
 
 namespace {
@@ -69,8 +75,20 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   } else if (spec.generic) {
     visit = visit && (!in.causal || first_key <= last_position);
   }
-  visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row, first_key,
-                                  first_key + (block - 1), layout_lookup(in));
+  if (spec.generic) {
+    Expr pattern_visit =
+        pattern_visits(spec.pattern.kind, in.pattern, first_position, last_position, first_row,
+                       first_key, first_key + (block - 1), layout_lookup(in));
+    if (spec.pattern.kind == Pattern::kBlockSparse) {
+      // One layout entry decides a (tile, key block) only where both lie in one layout block.
+      pattern_visit =
+          pattern_visit || in.pattern.block % tile != 0 || in.pattern.block % block != 0;
+    }
+    visit = visit && pattern_visit;
+  } else {
+    visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row,
+                                    first_key, first_key + (block - 1), layout_lookup(in));
+  }
   f.rb.where(visit);
 
   const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b});
@@ -151,8 +169,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   } else if (spec.generic) {
     attend = attend && (!in.causal || j <= offset + i);
   }
-  attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj,
-                                     layout_lookup(in));
+  if (spec.generic) {
+    attend = attend && pattern_attends(spec.pattern.kind, in.pattern, offset + i,
+                                       clamp(i, 0, in.seq_q - 1), kj, layout_lookup(in));
+  } else {
+    attend = attend && pattern_attends(spec.pattern, offset + i, clamp(i, 0, in.seq_q - 1), kj,
+                                       layout_lookup(in));
+  }
   Expr mi = clamp(i, 0, in.seq_q - 1);
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;

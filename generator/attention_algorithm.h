@@ -53,6 +53,7 @@ struct AttentionInputs {
   // one it does not have is a broadcast stand-in). softcap <= 0 means none.
   Halide::Expr dqk, dv, causal, mask_kind;
   Halide::Func bool_mask, add_mask;
+  PatternValues<Halide::Expr> pattern;  // the pattern's parameters (spec.pattern.kind's)
 };
 
 struct AttentionFuncs {

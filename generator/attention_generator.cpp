@@ -33,9 +33,11 @@ class Attention : public Generator<Attention> {
   Input<int32_t>* mask_kind = nullptr;             // 0 none, 1 bool, 2 additive
   Input<Buffer<uint8_t, 4>>* bool_mask = nullptr;  // (j, i, h, b), broadcast where unused
   Input<Buffer<float, 4>>* add_mask = nullptr;     // (j, i, h, b), broadcast where unused
-  Output<Buffer<>>* out = nullptr;                 // (dv, h, s, b)
-  Output<Buffer<float, 4>>* weights = nullptr;     // (j, i, h, b): P [B, Hq, Sq, Skv]
-  Output<Buffer<float, 3>>* lse = nullptr;         // (i, h, b): [B, Hq, Sq]
+  // Generic pattern kernels only: the pattern's parameters (PatternSpec's, in its order).
+  std::vector<Input<int32_t>*> pattern_values;
+  Output<Buffer<>>* out = nullptr;              // (dv, h, s, b)
+  Output<Buffer<float, 4>>* weights = nullptr;  // (j, i, h, b): P [B, Hq, Sq, Skv]
+  Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kAttention);
@@ -59,6 +61,12 @@ class Attention : public Generator<Attention> {
       mask_kind = add_input<int32_t>("mask_kind");
       bool_mask = add_input<Buffer<uint8_t, 4>>("bool_mask");
       add_mask = add_input<Buffer<float, 4>>("add_mask");
+      if (v_.pattern.kind != attngen::Pattern::kNone) {
+        for (const char* name :
+             {"window_left", "window_right", "stride", "block", "local", "global_tokens"}) {
+          pattern_values.push_back(add_input<int32_t>(name));
+        }
+      }
     }
     out = add_output<Buffer<>>("out", t, 4);
     if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
@@ -93,6 +101,10 @@ class Attention : public Generator<Attention> {
       in.mask_kind = *mask_kind;
       in.bool_mask = *bool_mask;
       in.add_mask = *add_mask;
+      if (!pattern_values.empty()) {
+        in.pattern = {*pattern_values[0], *pattern_values[1], *pattern_values[2],
+                      *pattern_values[3], *pattern_values[4], *pattern_values[5]};
+      }
     }
 
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
@@ -121,6 +133,7 @@ class Attention : public Generator<Attention> {
                                {0, attngen::Estimates::kBatch}});
       causal->set_estimate(false);
       mask_kind->set_estimate(0);
+      for (Input<int32_t>* p : pattern_values) p->set_estimate(64);
     }
 
     using E = attngen::Estimates;

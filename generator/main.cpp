@@ -185,6 +185,7 @@ int descriptor(int argc, char** argv) {
   feature(v.lse, "kLse");
   feature(t->isa == Isa::kCuda, "kGpu");
   feature(v.generic, "kGeneric");
+  feature(v.generic && v.pattern.kind != Pattern::kNone, "kPatternValues");
   if (features.empty()) features = "0";
   const PatternSpec& p = v.pattern;
   const char* op = kOps[static_cast<int>(v.op)];

@@ -34,8 +34,10 @@ struct PatternSpec {
   int global_tokens = 0;
 };
 
-// Per index type: Bool, the type of a comparison; always(), a true Bool; abs(x); and
-// floor_div(x, n) for n > 0, rounding toward minus infinity (Halide's integer division).
+// Per index type: Bool, the type of a comparison; always(), a true Bool; abs(x); floor_div(x, n)
+// for n > 0, rounding toward minus infinity (Halide's integer division); and side(param, cond,
+// otherwise): cond where a window side or similar parameter is >= 0, else otherwise (for a
+// compile-time int a choice made here, for a run-time value a select in the kernel).
 template <typename T>
 struct PatternOps;
 
@@ -45,96 +47,122 @@ struct PatternOps<int64_t> {
   static bool always() { return true; }
   static int64_t abs(int64_t x) { return std::llabs(x); }
   static int64_t floor_div(int64_t x, int64_t n) { return x / n - (x % n < 0 ? 1 : 0); }
+  static bool side(int param, bool cond, bool otherwise) { return param >= 0 ? cond : otherwise; }
 };
 
 template <typename T>
 using PatternBool = typename PatternOps<T>::Bool;
 
+// A pattern's parameters (PatternSpec's), as compile-time ints or as run-time values P (a
+// generic kernel's inputs).
+template <typename P>
+struct PatternValues {
+  P left, right, stride, block, local, global_tokens;
+};
+
+inline PatternValues<int> values_of(const PatternSpec& ps) {
+  return {ps.left, ps.right, ps.stride, ps.block, ps.local, ps.global_tokens};
+}
+
 // p - left <= j <= p + right, a negative side unbounded.
-template <typename T>
-PatternBool<T> window_attends(const T& p, const T& j, int left, int right) {
-  PatternBool<T> in_window = PatternOps<T>::always();
-  if (left >= 0) in_window = in_window && j >= p - left;
-  if (right >= 0) in_window = in_window && j <= p + right;
+template <typename T, typename P>
+PatternBool<T> window_attends(const T& p, const T& j, const P& left, const P& right) {
+  using Ops = PatternOps<T>;
+  PatternBool<T> in_window = Ops::always();
+  in_window = Ops::side(left, in_window && j >= p - left, in_window);
+  in_window = Ops::side(right, in_window && j <= p + right, in_window);
   return in_window;
 }
 
 // |p - j| < stride, or p - j a multiple of the stride (stride > 0).
-template <typename T>
-PatternBool<T> strided_attends(const T& p, const T& j, int stride) {
+template <typename T, typename P>
+PatternBool<T> strided_attends(const T& p, const T& j, const P& stride) {
   return PatternOps<T>::abs(p - j) < stride || (p - j) % stride == 0;
 }
 
 // |p - j| <= local, or j or p one of the first global_tokens.
-template <typename T>
-PatternBool<T> global_local_attends(const T& p, const T& j, int local, int global_tokens) {
+template <typename T, typename P>
+PatternBool<T> global_local_attends(const T& p, const T& j, const P& local,
+                                    const P& global_tokens) {
   return PatternOps<T>::abs(p - j) <= local || j < global_tokens || p < global_tokens;
 }
 
 // The layout block of query index i (its row) or of key j (its column); indices are >= 0.
-template <typename T>
-T layout_block(const T& index, int block) {
+template <typename T, typename P>
+T layout_block(const T& index, const P& block) {
   return index / block;
 }
 
 // layout[i / block, j / block] != 0, with layout(row, column) the caller's lookup of one layout
 // entry as a Bool.
-template <typename T, typename Layout>
-PatternBool<T> block_sparse_attends(const T& i, const T& j, int block, const Layout& layout) {
+template <typename T, typename P, typename Layout>
+PatternBool<T> block_sparse_attends(const T& i, const T& j, const P& block, const Layout& layout) {
   return layout(layout_block(i, block), layout_block(j, block));
 }
 
 // Whether query position p (query index i) attends key j under the pattern; layout as for
 // block_sparse_attends (only called for kBlockSparse).
-template <typename T, typename Layout>
-PatternBool<T> pattern_attends(const PatternSpec& ps, const T& p, const T& i, const T& j,
-                               const Layout& layout) {
-  switch (ps.kind) {
+template <typename T, typename P, typename Layout>
+PatternBool<T> pattern_attends(Pattern kind, const PatternValues<P>& v, const T& p, const T& i,
+                               const T& j, const Layout& layout) {
+  switch (kind) {
     case Pattern::kNone:
       return PatternOps<T>::always();
     case Pattern::kWindow:
-      return window_attends(p, j, ps.left, ps.right);
+      return window_attends(p, j, v.left, v.right);
     case Pattern::kStrided:
-      return strided_attends(p, j, ps.stride);
+      return strided_attends(p, j, v.stride);
     case Pattern::kBlockSparse:
-      return block_sparse_attends(i, j, ps.block, layout);
+      return block_sparse_attends(i, j, v.block, layout);
     case Pattern::kGlobalLocal:
-      return global_local_attends(p, j, ps.local, ps.global_tokens);
+      return global_local_attends(p, j, v.local, v.global_tokens);
   }
   return PatternOps<T>::always();
+}
+
+template <typename T, typename Layout>
+PatternBool<T> pattern_attends(const PatternSpec& ps, const T& p, const T& i, const T& j,
+                               const Layout& layout) {
+  return pattern_attends(ps.kind, values_of(ps), p, i, j, layout);
 }
 
 // Whether keys [k0, k1] may hold an attended key for some query of positions [p0, p1] (query
 // indices from i0): false only where the pattern excludes the whole block. Block-sparse relies
 // on the queries and the keys each lying in one layout block (for the kernels, plan_attention
-// makes the query tile and the key block so).
-template <typename T, typename Layout>
-PatternBool<T> pattern_visits(const PatternSpec& ps, const T& p0, const T& p1, const T& i0,
-                              const T& k0, const T& k1, const Layout& layout) {
+// makes the query tile and the key block so; a generic kernel checks it at run time).
+template <typename T, typename P, typename Layout>
+PatternBool<T> pattern_visits(Pattern kind, const PatternValues<P>& v, const T& p0, const T& p1,
+                              const T& i0, const T& k0, const T& k1, const Layout& layout) {
   using Ops = PatternOps<T>;
-  switch (ps.kind) {
+  switch (kind) {
     case Pattern::kNone:
       return Ops::always();
     case Pattern::kWindow: {
       PatternBool<T> visit = Ops::always();
-      if (ps.left >= 0) visit = visit && k1 >= p0 - ps.left;
-      if (ps.right >= 0) visit = visit && k0 <= p1 + ps.right;
+      visit = Ops::side(v.left, visit && k1 >= p0 - v.left, visit);
+      visit = Ops::side(v.right, visit && k0 <= p1 + v.right, visit);
       return visit;
     }
     case Pattern::kStrided: {
       // Near the diagonal, or p - j a multiple of the stride for some pair: the differences
       // span [p0 - k1, p1 - k0]; its largest multiple of the stride must not fall below it.
-      PatternBool<T> band = k1 > p0 - ps.stride && k0 < p1 + ps.stride;
-      PatternBool<T> multiple = Ops::floor_div(p1 - k0, ps.stride) * ps.stride >= p0 - k1;
+      PatternBool<T> band = k1 > p0 - v.stride && k0 < p1 + v.stride;
+      PatternBool<T> multiple = Ops::floor_div(p1 - k0, v.stride) * v.stride >= p0 - k1;
       return band || multiple;
     }
     case Pattern::kBlockSparse:
-      return block_sparse_attends(i0, k0, ps.block, layout);
+      return block_sparse_attends(i0, k0, v.block, layout);
     case Pattern::kGlobalLocal:
-      return (k1 >= p0 - ps.local && k0 <= p1 + ps.local) || k0 < ps.global_tokens ||
-             p0 < ps.global_tokens;
+      return (k1 >= p0 - v.local && k0 <= p1 + v.local) || k0 < v.global_tokens ||
+             p0 < v.global_tokens;
   }
   return Ops::always();
+}
+
+template <typename T, typename Layout>
+PatternBool<T> pattern_visits(const PatternSpec& ps, const T& p0, const T& p1, const T& i0,
+                              const T& k0, const T& k1, const Layout& layout) {
+  return pattern_visits(ps.kind, values_of(ps), p0, p1, i0, k0, k1, layout);
 }
 
 }  // namespace attngen

@@ -86,7 +86,11 @@ std::vector<std::string> shape_words(const KernelVariant& v) {
   if (v.mask_tensor == MaskTensor::kAdditive) w.push_back("amask");
   if (v.softcap) w.push_back("cap");
   const PatternSpec& p = v.pattern;
-  switch (p.kind) {
+  if (v.generic && p.kind != Pattern::kNone) {  // the parameters are run-time inputs
+    static const char* const kKinds[] = {"", "win", "str", "bs", "glob"};
+    w.push_back(kKinds[static_cast<int>(p.kind)]);
+  }
+  switch (v.generic ? Pattern::kNone : p.kind) {
     case Pattern::kWindow:
       w.push_back("win" + window_side(p.left) + "_" + window_side(p.right));
       break;
@@ -150,7 +154,9 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
     case Op::kAttention:
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
       // A generic kernel takes the masks, the soft cap and the form at run time.
-      for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "PATTERN", "WEIGHTS", "LSE"}) {
+      // (A generic pattern kernel takes the pattern's kind, its parameters at run time.)
+      for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "WEIGHTS", "LSE", "WINDOW_LEFT",
+                            "WINDOW_RIGHT", "STRIDE", "BLOCK", "LOCAL", "GLOBAL_TOKENS"}) {
         if (v->generic && has(w)) {
           return fail(std::string(w) + " does not apply to a GENERIC kernel (run-time options)");
         }
@@ -184,7 +190,7 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       !param_needs("GLOBAL_TOKENS", Pattern::kGlobalLocal)) {
     return false;
   }
-  switch (p.kind) {
+  switch (v->generic ? Pattern::kNone : p.kind) {
     case Pattern::kWindow:
       if (p.left < 0 && p.right < 0) {
         return fail("PATTERN window needs WINDOW_LEFT and/or WINDOW_RIGHT >= 0");
@@ -343,7 +349,7 @@ std::string canonical(const KernelVariant& v) {
   if (v.softcap) s += " SOFTCAP";
   const PatternSpec& p = v.pattern;
   if (p.kind != Pattern::kNone) s += std::string(" PATTERN ") + kPatterns.name(p.kind);
-  switch (p.kind) {
+  switch (v.generic ? Pattern::kNone : p.kind) {
     case Pattern::kWindow:
       s += " WINDOW_LEFT " + std::to_string(p.left) + " WINDOW_RIGHT " + std::to_string(p.right);
       break;
@@ -443,6 +449,11 @@ bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* err
       text += " WEIGHTS";
     } else if (w == "lse") {
       text += " LSE";
+    } else if (w == "win" || w == "str" || w == "bs" || w == "glob") {
+      text += std::string(" PATTERN ") + (w == "win"   ? "window"
+                                          : w == "str" ? "strided"
+                                          : w == "bs"  ? "block_sparse"
+                                                       : "global_local");
     } else if (std::sscanf(w.c_str(), "win%15[0-9inf]_%15[0-9inf]", l, r) == 2) {
       const auto side = [](const std::string& s) { return s == "inf" ? std::string("-1") : s; };
       text += " PATTERN window WINDOW_LEFT " + side(l) + " WINDOW_RIGHT " + side(r);
@@ -477,7 +488,11 @@ std::string description(const KernelVariant& v) {
   if (v.op == Op::kLinear) return s;
   if (v.generic) {
     return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
-           std::to_string(v.head_dim_v) + ", masks and soft cap at run time";
+           std::to_string(v.head_dim_v) +
+           (v.pattern.kind != Pattern::kNone
+                ? std::string(", ") + kPatterns.name(v.pattern.kind) + " pattern,"
+                : std::string(",")) +
+           " masks and soft cap at run time";
   }
   s += ", head dim " + std::to_string(v.head_dim_qk);
   if (v.head_dim_v != v.head_dim_qk) s += "/" + std::to_string(v.head_dim_v);

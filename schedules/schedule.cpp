@@ -95,14 +95,14 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
       !target.has_gpu_feature()) {
     spec.key_block = kSkippingKeyBlock;
   }
-  if (ps.kind == Pattern::kBlockSparse && !target.has_gpu_feature()) {
+  if (ps.kind == Pattern::kBlockSparse && !spec.generic && !target.has_gpu_feature()) {
     // One layout entry per (query tile, key block): both are the layout's block.
     spec.key_block = ps.block;
     want.query_tile = ps.block;
   }
   spec.key_block = resolve_key_block(spec.key_block, spec.head_dim_qk, spec.head_dim_v, target);
   const AttentionTunables t = resolve(want, spec, target_info(target));
-  if (ps.kind == Pattern::kBlockSparse &&
+  if (ps.kind == Pattern::kBlockSparse && !spec.generic &&
       (ps.block % spec.key_block != 0 || ps.block % t.query_tile != 0)) {
     throw Halide::CompileError("attngen: block-sparse block " + std::to_string(ps.block) +
                                " must be a multiple of the " + "key block (" +

@@ -21,7 +21,7 @@ std::vector<const attngen_kernel_info*> kernels_of(attngen_op op, Only only = On
   std::vector<const attngen_kernel_info*> out;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op != op) continue;
+    if (k->op != op || k->generic) continue;  // generic kernels: tests/generic_test.cpp
     if (only == Only::kMaskTensor && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE) continue;
     if (only == Only::kPattern && k->pattern.kind == ATTNGEN_PATTERN_NONE) continue;
     out.push_back(k);

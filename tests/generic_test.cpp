@@ -3,6 +3,7 @@
 // float64 reference; and dispatch, which takes them where no specialised kernel fits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,6 +33,40 @@ class GenericKernel : public ::testing::TestWithParam<const attngen_kernel_info*
   }
   int64_t dqk() const { return GetParam()->head_dim_qk; }
   int64_t dv() const { return GetParam()->head_dim_v; }
+
+  // A tester of this kernel's pattern kind with the n-th of a few parameter sets (a pattern
+  // kernel takes any), and the given shape.
+  AttentionTester base(int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
+                       int n = 0) const {
+    static const int32_t kSides[][2] = {{7, 7}, {31, 0}, {-1, 5}, {12, -1}, {4096, 4096}};
+    static const int32_t kStrides[] = {16, 5, 128, 1};
+    static const int32_t kBlocks[] = {64, 16, 128, 48};  // aligned to the kernel's 64 and not
+    static const int32_t kGlobal[][2] = {{4, 16}, {0, 3}, {1, 256}, {40, 0}};
+    AttentionTester t;
+    t.batch(b).heads(hq, hkv).seq(sq, skv);
+    attngen_pattern p{};
+    p.kind = GetParam()->pattern.kind;
+    switch (p.kind) {
+      case ATTNGEN_PATTERN_WINDOW:
+        p.window_left = kSides[n % 5][0];
+        p.window_right = kSides[n % 5][1];
+        break;
+      case ATTNGEN_PATTERN_STRIDED:
+        p.stride = kStrides[n % 4];
+        break;
+      case ATTNGEN_PATTERN_BLOCK_SPARSE:
+        p.block = kBlocks[n % 4];
+        break;
+      case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+        p.global_tokens = kGlobal[n % 4][0];
+        p.local = kGlobal[n % 4][1];
+        break;
+      default:
+        break;
+    }
+    t.pattern(p);
+    return t;
+  }
 };
 
 // Head dims from 1 to the bucket's, odd ones, Dqk != Dv, with GQA and odd lengths.
@@ -39,43 +74,46 @@ TEST_P(GenericKernel, HeadDims) {
   const int64_t d = dqk(), e = dv();
   const std::vector<std::pair<int64_t, int64_t>> dims = {
       {1, 1}, {7, 7}, {d / 2 + 3, e / 2 + 3}, {d, 13}, {d - 1, e}, {d, e}};
-  for (const auto& [q, v] : dims) {
-    AttentionTester().batch(2).heads(4, 2).seq(21, 37).head_dim(q, v).Test(GetParam());
-  }
+  int n = 0;
+  for (const auto& [q, v] : dims) base(2, 4, 2, 21, 37, n++).head_dim(q, v).Test(GetParam());
 }
 
 // The run-time options alone and together: causal in both alignments, key padding, bool and
-// additive masks, the soft cap.
+// additive masks, the soft cap; strided views.
 TEST_P(GenericKernel, RunTimeOptions) {
   const int64_t d = std::min<int64_t>(dqk(), 40), e = std::min<int64_t>(dv(), 24);
-  const auto base = [&](int64_t sq, int64_t skv) {
-    AttentionTester t;
-    t.batch(2).heads(2, 1).seq(sq, skv).head_dim(d, e);
+  int n = 0;
+  const auto call = [&](int64_t sq, int64_t skv) {
+    AttentionTester t = base(2, 2, 1, sq, skv, n++);
+    t.head_dim(d, e);
     return t;
   };
-  base(33, 70).causal().Test(GetParam());
-  base(70, 70).causal().top_left().Test(GetParam());
-  base(19, 45).causal().top_left().Test(GetParam());
-  base(30, 65).kv_len({65, 20}).causal().Test(GetParam());
-  base(17, 90).bool_mask({2, 2, 17, 90}).Test(GetParam());
-  base(40, 40).bool_mask({1, 1, 40, 40}).causal().Test(GetParam());
-  base(23, 50).additive_mask({2, 1, 23, 50}).Test(GetParam());
-  base(23, 50).additive_mask({50}).causal().Test(GetParam());
-  base(29, 29).softcap(5.0f).Test(GetParam());
-  base(29, 64)
+  call(33, 70).causal().Test(GetParam());
+  call(70, 70).causal().top_left().Test(GetParam());
+  call(19, 45).causal().top_left().Test(GetParam());
+  call(30, 65).kv_len({65, 20}).causal().Test(GetParam());
+  call(17, 90).bool_mask({2, 2, 17, 90}).Test(GetParam());
+  call(40, 40).bool_mask({1, 1, 40, 40}).causal().Test(GetParam());
+  call(23, 50).additive_mask({2, 1, 23, 50}).Test(GetParam());
+  call(23, 50).additive_mask({50}).causal().Test(GetParam());
+  call(29, 29).softcap(5.0f).Test(GetParam());
+  call(29, 64)
       .softcap(3.0f)
       .causal()
       .additive_mask({2, 2, 29, 64})
       .kv_len({64, 40})
       .Test(GetParam());
-  base(31, 31).integer_inputs(12).scale(8.0f).causal().Test(GetParam());
+  call(31, 31).integer_inputs(12).scale(8.0f).causal().Test(GetParam());
+  call(37, 53).padded(3).Test(GetParam());
 }
 
-// Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal.
+// Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal
+// and outside the patterns.
 TEST_P(GenericKernel, Lengths) {
   const int64_t d = std::min<int64_t>(dqk(), 64), e = std::min<int64_t>(dv(), 64);
-  for (const int64_t s : {1, 63, 64, 65, 129, 200}) {
-    AttentionTester().heads(2, 2).seq(s, s).head_dim(d, e).causal(s % 2 == 1).Test(GetParam());
+  int n = 0;
+  for (const int64_t s : {1, 63, 64, 65, 129, 200, 300}) {
+    base(1, 2, 2, s, s, n++).head_dim(d, e).causal(s % 2 == 1).Test(GetParam());
   }
 }
 
@@ -104,6 +142,15 @@ TEST(GenericDispatch, ServesWhatNoSpecialisedKernelDoes) {
   k = attngen_find_kernel(attngen_last_kernel());
   ASSERT_NE(k, nullptr);
   EXPECT_TRUE(k->generic && k->head_dim_v >= 200 && k->head_dim_qk >= 40) << k->name;
+  // Mistral: GQA, D128, a causal window of 4096 (no kernel is built for these parameters).
+  attngen_pattern window{};
+  window.kind = ATTNGEN_PATTERN_WINDOW;
+  window.window_left = 4095;
+  window.window_right = 0;
+  AttentionTester().heads(4, 1).seq(70, 70).head_dim(128).causal().pattern(window).Test();
+  k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr);
+  EXPECT_TRUE(k->generic && k->pattern.kind == ATTNGEN_PATTERN_WINDOW) << k->name;
 }
 
 }  // namespace

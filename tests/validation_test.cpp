@@ -205,9 +205,13 @@ TEST_F(AttentionValidation, Pattern) {
   const int64_t right[] = {1, 1};
   l = attngen_tensor_contiguous(layout.data(), ATTNGEN_F32, 2, right);
   expect_error(ATTNGEN_ERROR_DTYPE, "pattern.layout has dtype F32");
-  // Valid, but no kernel was generated for these parameters.
+  // Valid, but no kernel writes the weights of this pattern (generic pattern kernels take any
+  // parameters, but have no extra outputs).
   opt.pattern = attngen_pattern_local(5);
-  expect_error(ATTNGEN_ERROR_NO_KERNEL, "window [-4, +4]");
+  Storage weights;
+  weights.init({2, 4, 5, 7}, 0);
+  opt.weights = &weights.t;
+  expect_error(ATTNGEN_ERROR_NO_KERNEL, "window [-4, +4], weights output");
 }
 
 TEST_F(AttentionValidation, ExtraOutputs) {

@@ -437,6 +437,7 @@ attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_inf
       make_view(view, t);
     };
     args.causal = opt.mask == ATTNGEN_MASK_CAUSAL;
+    args.pattern = opt.pattern;
     args.mask_kind = attention_query(call).mask_tensor;
     if (args.mask_kind != ATTNGEN_MASK_TENSOR_BOOL)
       stand_in(views.bool_mask, &kAttend, ATTNGEN_BOOL);

@@ -187,12 +187,12 @@ const char* dtype_mismatch(const attngen_kernel_info& k, const KernelQuery& q,
   return "";
 }
 
-// A generic attention kernel serves any call within its head dims and without a pattern or
-// extra outputs (the masks and the soft cap are its run-time inputs).
+// A generic attention kernel serves any call within its head dims, of its pattern kind (any
+// parameters) and without extra outputs (the masks, the soft cap and the pattern's parameters
+// are its run-time inputs).
 bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
   return q.op == ATTNGEN_OP_ATTENTION && q.head_dim_qk <= k.head_dim_qk &&
-         q.head_dim_v <= k.head_dim_v && q.pattern.kind == ATTNGEN_PATTERN_NONE && !q.weights &&
-         !q.lse;
+         q.head_dim_v <= k.head_dim_v && q.pattern.kind == k.pattern.kind && !q.weights && !q.lse;
 }
 
 // Everything but the dtypes.

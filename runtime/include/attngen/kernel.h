@@ -51,6 +51,7 @@ typedef struct attngen_kernel_args {
   int32_t causal;
   attngen_mask_tensor_kind mask_kind;
   struct halide_buffer_t *bool_mask, *add_mask;
+  attngen_pattern pattern; /* a generic pattern kernel's parameters (its layout: `layout`) */
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info below. A descriptor carries the version and the struct size

@@ -13,12 +13,13 @@ namespace attngen::glue {
 
 // What a generated attention function takes beyond the common arguments.
 enum Feature : int {
-  kMaskTensor = 1,  // a mask input after bottom_right
-  kLayout = 2,      // a block-sparse layout input after it
-  kWeights = 4,     // a weights output after out
-  kLse = 8,         // a log-sum-exp output after that
-  kGpu = 16,        // a GPU kernel: see run()
-  kGeneric = 32,    // a generic attention kernel: run-time options before out
+  kMaskTensor = 1,      // a mask input after bottom_right
+  kLayout = 2,          // a block-sparse layout input after it
+  kWeights = 4,         // a weights output after out
+  kLse = 8,             // a log-sum-exp output after that
+  kGpu = 16,            // a GPU kernel: see run()
+  kGeneric = 32,        // a generic attention kernel: run-time options before out
+  kPatternValues = 64,  // a generic pattern kernel: the pattern's parameters after them
 };
 
 template <bool Present, typename T>
@@ -35,9 +36,21 @@ auto optional_arg(T value) {
 template <attngen_op Op, int Features, auto Fn>
 int call(void* uc, const attngen_kernel_args* a) {
   if constexpr (Op == ATTNGEN_OP_ATTENTION && (Features & kGeneric) != 0) {
-    return Fn(uc, a->q, a->k, a->v, a->kv_len, a->scale, a->softcap, a->bottom_right != 0,
-              a->causal != 0, static_cast<int32_t>(a->mask_kind), a->bool_mask, a->add_mask,
-              a->out);
+    const attngen_pattern& p = a->pattern;
+    return std::apply(
+        Fn, std::tuple_cat(
+                std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale, a->softcap,
+                                a->bottom_right != 0),
+                optional_arg<(Features & kLayout) != 0>(a->layout),
+                std::make_tuple(a->causal != 0, static_cast<int32_t>(a->mask_kind), a->bool_mask,
+                                a->add_mask),
+                std::tuple_cat(optional_arg<(Features & kPatternValues) != 0>(p.window_left),
+                               optional_arg<(Features & kPatternValues) != 0>(p.window_right),
+                               optional_arg<(Features & kPatternValues) != 0>(p.stride),
+                               optional_arg<(Features & kPatternValues) != 0>(p.block),
+                               optional_arg<(Features & kPatternValues) != 0>(p.local),
+                               optional_arg<(Features & kPatternValues) != 0>(p.global_tokens)),
+                std::make_tuple(a->out)));
   } else if constexpr (Op == ATTNGEN_OP_ATTENTION) {
     return std::apply(Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale,
                                                          a->softcap, a->bottom_right != 0),
