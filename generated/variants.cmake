@@ -17,6 +17,14 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 64 MASK causal SOFTCAP"
     "OP attention HEAD_DIM 128"
     "OP attention HEAD_DIM 128 MASK causal"
+    # The head dims of widespread models (MiniLM 32, Phi-2 80, Phi-3 96, Gemma 256); other
+    # head dims run on the generic kernels below.
+    "OP attention HEAD_DIM 32"
+    "OP attention HEAD_DIM 32 MASK causal"
+    "OP attention HEAD_DIM 80"
+    "OP attention HEAD_DIM 96"
+    "OP attention HEAD_DIM 96 MASK causal"
+    "OP attention HEAD_DIM 256 MASK causal"
     # Short sequences: half the default query tile of AVX-512 (64) pads ViT's 197 tokens to 224
     # rows instead of 256; the runtime prefers it where it pads noticeably fewer rows
     # (runtime/src/registry.cpp). On the other ISAs the default tile is 32 or less already.
@@ -56,9 +64,16 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local ONLY_ISAS avx512 avx2 sse41 neon"
     # Layers.
     "OP linear"
+    "OP mha HEAD_DIM 32"
     "OP mha HEAD_DIM 64"
     "OP mha HEAD_DIM 64 MASK causal"
+    "OP mha HEAD_DIM 128"
+    "OP mha HEAD_DIM 128 MASK causal"
     # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
+    "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"
+    "OP decode HEAD_DIM 80"
+    "OP decode HEAD_DIM 96"
     "OP decode HEAD_DIM 128"
+    "OP decode HEAD_DIM 256"
 )

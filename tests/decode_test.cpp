@@ -394,14 +394,14 @@ TEST_F(DecodeValidation, DecodeErrors) {
 TEST_F(DecodeValidation, NoKernelForHeadDim) {
   attngen_kv_cache_options small = o;
   small.storage = nullptr;
-  small.head_dim_qk = small.head_dim_v = 32;
+  small.head_dim_qk = small.head_dim_v = 48;  // no decode kernel (no generic decode yet)
   Cache c;
   ASSERT_EQ(attngen_kv_cache_create(&small, &c.cache), ATTNGEN_OK);
-  Storage k32({kB, 1, kHkv, 32}, 0), q32({kB, 1, kHq, 32}, 0), o32({kB, 1, kHq, 32}, 0);
+  Storage k32({kB, 1, kHkv, 48}, 0), q32({kB, 1, kHq, 48}, 0), o32({kB, 1, kHq, 48}, 0);
   for (Storage* s : {&k32, &q32}) s->fill_random(rng, -1, 1);
   ASSERT_EQ(attngen_kv_cache_append(c.cache, 0, &k32.t, &k32.t, nullptr), ATTNGEN_OK);
   EXPECT_EQ(attngen_decode(&q32.t, c.cache, 0, &o32.t, nullptr), ATTNGEN_ERROR_NO_KERNEL);
-  EXPECT_NE(std::string(attngen_last_error()).find("op decode, head dim 32"), std::string::npos)
+  EXPECT_NE(std::string(attngen_last_error()).find("op decode, head dim 48"), std::string::npos)
       << attngen_last_error();
   for (float f : o32.buf) ASSERT_TRUE(is_poison(f));
 }

@@ -379,7 +379,7 @@ TEST(MhaValidation, HeadsAndWeights) {
   opt.num_heads = 3;  // 128 % 3 != 0
   EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_HEADS);
   EXPECT_NE(std::string(attngen_last_error()).find("num_heads is 3"), std::string::npos);
-  opt.num_heads = 4;  // head dim 32: no kernel generated
+  opt.num_heads = 8;  // head dim 16: no MHA kernel generated (no generic MHA layer yet)
   EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_NO_KERNEL);
   opt.num_heads = 2;
   Storage bad_w({383, 128}, 0);
