@@ -13,9 +13,12 @@ std::string AttentionTester::describe() const {
     << (pad_ ? " padded" : "") << (fused_ ? " fused-qkv" : "");
   if (!kv_len_.empty()) s << " kv_len";
   if (!mask_shape_.empty())
-    s << (mask_bool_ ? " bool-mask" : " additive-mask") << "(rank " << mask_shape_.size() << ")";
+    s << (mask_bool_ ? " bool-mask" : " additive-mask") << (mask_values_.empty() ? "" : " given")
+      << "(rank " << mask_shape_.size() << ")";
   if (softcap_ > 0) s << " softcap " << softcap_;
-  if (pattern_.kind != ATTNGEN_PATTERN_NONE) s << " pattern " << pattern_.kind;
+  if (pattern_.kind != ATTNGEN_PATTERN_NONE) {
+    s << " pattern " << pattern_.kind << (layout_.empty() ? "" : " given layout");
+  }
   if (weights_) s << " weights";
   if (lse_) s << " lse";
   if (integer_) s << " integers " << integer_;
@@ -150,6 +153,11 @@ void AttentionTester::add_mask(Call& c, std::mt19937_64& rng) const {
     c.mask_bytes.resize(static_cast<size_t>(n));
     for (auto& m : c.mask_bytes) m = keep(rng) ? 1 : 0;
     c.t_mask.data = c.mask_bytes.data();
+  } else if (!mask_values_.empty()) {
+    EXPECT_EQ(mask_values_.size(), static_cast<size_t>(n)) << "additive mask values for its shape";
+    c.mask_floats = mask_values_;
+    c.mask_floats.resize(static_cast<size_t>(n), 0.0f);
+    c.t_mask.data = c.mask_floats.data();
   } else {
     c.mask_floats.resize(static_cast<size_t>(n));
     for (auto& m : c.mask_floats) {
@@ -208,9 +216,16 @@ void AttentionTester::add_pattern(Call& c, std::mt19937_64& rng) const {
       break;
     case ATTNGEN_PATTERN_BLOCK_SPARSE: {
       const int64_t shape[2] = {(sq_ + pt.block - 1) / pt.block, (skv_ + pt.block - 1) / pt.block};
-      c.layout_bytes.resize(static_cast<size_t>(shape[0] * shape[1]));
-      std::bernoulli_distribution on(layout_density_);
-      for (auto& x : c.layout_bytes) x = on(rng) ? 1 : 0;
+      const size_t n = static_cast<size_t>(shape[0] * shape[1]);
+      if (layout_.empty()) {
+        c.layout_bytes.resize(n);
+        std::bernoulli_distribution on(layout_density_);
+        for (auto& x : c.layout_bytes) x = on(rng) ? 1 : 0;
+      } else {
+        EXPECT_EQ(layout_.size(), n) << "block layout for ceil(Sq / block) x ceil(Skv / block)";
+        c.layout_bytes = layout_;
+        c.layout_bytes.resize(n, 0);
+      }
       c.t_layout = attngen_tensor_contiguous(c.layout_bytes.data(), ATTNGEN_BOOL, 2, shape);
       c.opt.pattern.layout = &c.t_layout;
       const uint8_t* l = c.layout_bytes.data();

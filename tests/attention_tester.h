@@ -91,6 +91,15 @@ class AttentionTester {
     mask_shape_ = std::move(shape);
     mask_bool_ = false;
     density_ = density;
+    mask_values_.clear();
+    return *this;
+  }
+  // An additive mask of given values, dense in its (broadcastable) shape: a model's own bias
+  // (T5's relative position buckets, ALiBi's slopes times distances).
+  AttentionTester& additive_mask(std::vector<int64_t> shape, std::vector<float> values) {
+    mask_shape_ = std::move(shape);
+    mask_bool_ = false;
+    mask_values_ = std::move(values);
     return *this;
   }
 
@@ -98,6 +107,14 @@ class AttentionTester {
   AttentionTester& pattern(const attngen_pattern& p, double layout_density = 0.5) {
     pattern_ = p;
     layout_density_ = layout_density;
+    layout_.clear();
+    return *this;
+  }
+  // A block-sparse pattern with a given layout, dense [ceil(Sq / block), ceil(Skv / block)]
+  // (a model's own, BigBird's say).
+  AttentionTester& pattern(const attngen_pattern& p, std::vector<uint8_t> layout) {
+    pattern_ = p;
+    layout_ = std::move(layout);
     return *this;
   }
   // Also ask for the attention weights / the row log-sum-exp, checked against the reference.
@@ -142,6 +159,8 @@ class AttentionTester {
   double density_ = 0.7;
   std::vector<int32_t> kv_len_;
   std::vector<int64_t> mask_shape_;
+  std::vector<float> mask_values_;  // empty: random
+  std::vector<uint8_t> layout_;     // empty: random
 };
 
 }  // namespace attngen::test
