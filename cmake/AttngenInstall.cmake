@@ -1,16 +1,51 @@
-# cmake --install: headers, the runtime with its built-in kernels, the generator and a CMake
-# package, so that another project can find_package(attngen) and generate its own kernels with
-# attngen_add_kernel() (see examples/consumer).
+# cmake --install: headers, the runtime with its built-in kernels, the generator, the command-line
+# tool and a CMake package. find_package(attngen) links the runtime (no Halide needed);
+# find_package(attngen COMPONENTS generator) also generates kernels with attngen_add_kernel()
+# (examples/consumer_prebuilt, examples/consumer; cmake/attngenConfig.cmake.in).
+#
+# cmake --install builds nothing, so the target attngen_package builds everything installed here
+# (tools/demo.sh builds it with the demo), and the install stops with that advice, naming what is
+# missing, instead of failing halfway on the first unbuilt file.
 include(CMakePackageConfigHelpers)
 set(ATTNGEN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/attngen")
 
 get_property(attngen_runtimes GLOBAL PROPERTY ATTNGEN_HALIDE_RUNTIMES)
+set(attngen_built_targets attngen attngen_generator ${ATTNGEN_BUILTIN_KERNELS} ${attngen_runtimes})
+set(attngen_tool_targets "")
+if (TARGET attngen_cli)
+  set(attngen_tool_targets attngen_cli)
+endif ()
+
+add_custom_target(attngen_package)
+add_dependencies(attngen_package ${attngen_built_targets} ${attngen_tool_targets})
+
+set(attngen_installed_files "")
+foreach (t IN LISTS attngen_built_targets attngen_tool_targets)
+  list(APPEND attngen_installed_files "$<TARGET_FILE:${t}>")
+endforeach ()
+install(CODE "
+  set(missing \"\")
+  foreach (f IN ITEMS \"$<JOIN:${attngen_installed_files},\" \">\")
+    if (NOT EXISTS \"\${f}\")
+      string(APPEND missing \"\\n  \${f}\")
+    endif ()
+  endforeach ()
+  if (missing)
+    message(FATAL_ERROR \"attngen: not built:\${missing}\\n\"
+            \"cmake --build ${PROJECT_BINARY_DIR} --target attngen_package \"
+            \"builds everything that cmake --install installs.\")
+  endif ()
+")
+
 install(TARGETS attngen attngen_headers attngen_generator ${ATTNGEN_BUILTIN_KERNELS}
                 ${attngen_runtimes}
         EXPORT attngenTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+if (attngen_tool_targets)
+  install(TARGETS ${attngen_tool_targets} RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+endif ()
 install(DIRECTORY runtime/include/attngen DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT attngenTargets NAMESPACE attngen:: DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}")
 configure_package_config_file(cmake/attngenConfig.cmake.in

@@ -16,8 +16,10 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
               "${ATTNGEN_REGISTRY_SOURCE}")
   target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
+  # Halide::Runtime only for its headers (the runtime's code is attngen_halide_runtime_*):
+  # BUILD_INTERFACE keeps it out of the installed package, whose users need no Halide.
   target_link_libraries(${NAME} PUBLIC attngen_headers ${ATTNGEN_BUILTIN_KERNELS}
-                        PRIVATE Halide::Runtime ${CMAKE_DL_LIBS})
+                        PRIVATE $<BUILD_INTERFACE:Halide::Runtime> ${CMAKE_DL_LIBS})
   if (A_SANITIZE)
     target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS})
     target_link_options(${NAME} INTERFACE -fsanitize=address,undefined)
