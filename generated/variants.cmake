@@ -76,4 +76,8 @@ set(ATTNGEN_VARIANTS
     "OP decode HEAD_DIM 96"
     "OP decode HEAD_DIM 128"
     "OP decode HEAD_DIM 256"
+    # Generic decode: any head dims up to the bucket's (zero-padded), for the caches no
+    # specialised kernel takes.
+    "OP decode HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
 )

@@ -17,16 +17,23 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.rows = group * in.seq_q;
   const Expr query = r / group;
   f.q = Func("q_rows");
-  f.q(d, r, hk, b) = in.q(d, hk * group + r % group, clamp(query, 0, in.seq_q - 1), b);
+  // A generic kernel pads the head dims with zeros up to its own (attention_algorithm.cpp).
+  const Expr dq = spec.generic ? min(d, in.dqk - 1) : Expr(d);
+  const Expr dv = spec.generic ? min(d, in.dv - 1) : Expr(d);
+  const auto pad = [&](const Expr& limit, const Expr& value) {
+    return spec.generic ? select(d < limit, value, 0.0f) : value;
+  };
+  f.q(d, r, hk, b) =
+      pad(in.dqk, in.q(dq, hk * group + r % group, clamp(query, 0, in.seq_q - 1), b));
   // Reads along the slots are clamped to the slots the sequence has filled, so a schedule may
   // compute whole blocks past the end, and never reads a slot that was not written (whose
   // garbage, NaN say, would turn the 0 * v of a masked key into NaN).
   const Expr len = in.kv_len(b);
   const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
   f.k = Func("k_slots");
-  f.k(d, s, hk, b) = cast<float>(in.k(d, slot, hk, b));
+  f.k(d, s, hk, b) = pad(in.dqk, cast<float>(in.k(dq, slot, hk, b)));
   f.v = Func("v_slots");
-  f.v(d, s, hk, b) = cast<float>(in.v(d, slot, hk, b));
+  f.v(d, s, hk, b) = pad(in.dv, cast<float>(in.v(dv, slot, hk, b)));
 
   // Slot s holds the newest position p < kv_len with p = s (mod capacity); with kv_len <=
   // capacity that is s itself for s < kv_len, and nothing (negative) beyond. Written with a

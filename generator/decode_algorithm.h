@@ -30,6 +30,9 @@ struct DecodeSpec {
   int head_dim_v = 64;
   int key_block = 64;                        // keys per block of the online softmax
   Halide::Type kv_type = Halide::Float(32);  // element type of the cached K and V
+  // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the cache's
+  // are DecodeInputs::dqk / dv, padded with zeros up to these).
+  bool generic = false;
 };
 
 struct DecodeInputs {
@@ -42,6 +45,7 @@ struct DecodeInputs {
   Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none
   Halide::Expr scale;
   Halide::Expr split_keys;  // keys per split-KV partial (>= 1; rounded up to whole key blocks)
+  Halide::Expr dqk, dv;     // generic kernels only: the cache's head dims
 };
 
 struct DecodeFuncs {

@@ -62,17 +62,22 @@ class Decode : public Generator<Decode> {
     in.window = *window;
     in.scale = *scale;
     in.split_keys = *split_keys;
+    in.dqk = q->dim(0).extent();
+    in.dv = v->dim(0).extent();
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
-    q->dim(0).set_bounds(0, spec.head_dim_qk);
-    k->dim(0).set_bounds(0, spec.head_dim_qk);
-    v->dim(0).set_bounds(0, spec.head_dim_v);
-    k->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
-    v->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
-    out->dim(0).set_bounds(0, spec.head_dim_v);
+    // (A generic kernel's are run-time, at most the spec's.)
+    if (!spec.generic) {
+      q->dim(0).set_bounds(0, spec.head_dim_qk);
+      k->dim(0).set_bounds(0, spec.head_dim_qk);
+      v->dim(0).set_bounds(0, spec.head_dim_v);
+      k->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
+      v->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
+      out->dim(0).set_bounds(0, spec.head_dim_v);
+    }
 
     using E = attngen::Estimates;
     constexpr int kQueries = 1, kSlots = 4096, kKvHeads = 4;

@@ -100,6 +100,7 @@ DecodeSpec decode_spec(const KernelVariant& v) {
   spec.head_dim_qk = v.head_dim_qk;
   spec.head_dim_v = v.head_dim_v;
   spec.kv_type = halide_type(v.kv_dtype);
+  spec.generic = v.generic;
   spec.key_block = v.key_block;
   for (const Tunable& t : v.tunables) {
     if (t.name == "key_block") spec.key_block = t.value;

@@ -142,7 +142,7 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
     case Op::kDecode:
       if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "HEAD_DIM_V", "MASK",
-                 "KEY_BLOCK", "KV_DTYPE"})) {
+                 "KEY_BLOCK", "KV_DTYPE", "GENERIC"})) {
         return false;
       }
       // Queries of a KV cache attend the cached positions up to their own (bottom-right).
@@ -486,6 +486,10 @@ std::string description(const KernelVariant& v) {
     s += std::string(" with a ") + dtype_name(v.kv_dtype) + " cache";
   }
   if (v.op == Op::kLinear) return s;
+  if (v.generic && v.op == Op::kDecode) {
+    return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
+           std::to_string(v.head_dim_v);
+  }
   if (v.generic) {
     return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
            std::to_string(v.head_dim_v) +

@@ -40,6 +40,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // every block of the sequence. Per key block, the rows go by tiles of one vector.
   Func state = f.state;
   state.compute_root().split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).parallel(b);
+  // A generic kernel computes its padded head dim; the output takes the cache's (run-time).
+  if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.update()
       .split(r, ro, ri, lanes, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)
@@ -93,10 +95,12 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
 
   // The merge: per (query, sequence), over the splits, for every head.
   Func out = f.out;
-  out.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).fuse(f.i, b, ib).parallel(ib);
+  const TailStrategy out_tail = spec.generic ? TailStrategy::GuardWithIf : dv_tail;
+  out.split(d, vo, vi, dv_lanes, out_tail).vectorize(vi).fuse(f.i, b, ib).parallel(ib);
+  if (!spec.generic) out.unroll(vo);
   for (Func g : {f.max, f.sum, f.weight}) g.compute_at(out, ib);
-  f.acc.compute_at(out, ib).vectorize(d, dv_lanes, dv_tail);
-  f.acc.update().reorder(d, f.rs).vectorize(d, dv_lanes, dv_tail);
+  f.acc.compute_at(out, ib).vectorize(d, dv_lanes, out_tail);
+  f.acc.update().reorder(d, f.rs).vectorize(d, dv_lanes, out_tail);
 }
 
 }  // namespace attngen
