@@ -69,6 +69,8 @@ set(ATTNGEN_VARIANTS
     "OP mha HEAD_DIM 64 MASK causal"
     "OP mha HEAD_DIM 128"
     "OP mha HEAD_DIM 128 MASK causal"
+    # Generic layer: any head dim up to 128 (E / num_heads), causal or not at run time.
+    "OP mha HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
     # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
     "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"

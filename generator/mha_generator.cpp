@@ -27,6 +27,10 @@ class Mha : public Generator<Mha> {
   Input<Buffer<>>* out_b = nullptr;             // (E)
   Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): key padding, <= S
   Input<bool>* bottom_right = nullptr;
+  // Generic layers only: the causal mask and the head count at run time (head dim E / heads,
+  // at most the variant's).
+  Input<bool>* causal = nullptr;
+  Input<int32_t>* num_heads = nullptr;
   Output<Buffer<>>* y = nullptr;  // (e, s, b)
 
   void configure() {
@@ -39,15 +43,22 @@ class Mha : public Generator<Mha> {
     out_b = add_input<Buffer<>>("out_b", t, 1);
     kv_len = add_input<Buffer<int32_t, 1>>("kv_len");
     bottom_right = add_input<bool>("bottom_right");
+    if (v_.generic) {
+      causal = add_input<bool>("causal");
+      num_heads = add_input<int32_t>("num_heads");
+    }
     y = add_output<Buffer<>>("y", t, 3);
   }
 
   void generate() {
     const attngen::KernelVariant& v = v_;
-    const int dh = v.head_dim_qk;
     Expr embed = x->dim(0).extent();
     Expr seq = x->dim(1).extent();
-    Expr heads = embed / dh;
+    // A generic layer's head dim is E / num_heads (the runtime checks it is at most the
+    // variant's); reads of qkv and of the heads' outputs are clamped, so their bounds are the
+    // buffers' whatever the run-time values.
+    const Expr dh = v.generic ? embed / *num_heads : Expr(v.head_dim_qk);
+    Expr heads = v.generic ? Expr(*num_heads) : embed / v.head_dim_qk;
 
     attngen::LinearShape in_shape{embed, 3 * embed, seq};
     attngen::LinearTunables requested_linear;
@@ -63,21 +74,36 @@ class Mha : public Generator<Mha> {
 
     Var d("d"), h("h"), s("s"), b("b");
     attngen::AttentionInputs in;
-    in.q(d, h, s, b) = qkv(h * dh + d, s, b);
-    in.k(d, h, s, b) = qkv(embed + h * dh + d, s, b);
-    in.v(d, h, s, b) = qkv(2 * embed + h * dh + d, s, b);
+    const auto feature = [&](const Expr& e) { return v.generic ? clamp(e, 0, embed - 1) : e; };
+    in.q(d, h, s, b) = qkv(feature(h * dh + d), s, b);
+    in.k(d, h, s, b) = qkv(embed + feature(h * dh + d), s, b);
+    in.v(d, h, s, b) = qkv(2 * embed + feature(h * dh + d), s, b);
     in.kv_len = *kv_len;
     in.seq_q = in.seq_kv = seq;
     in.heads_q = in.heads_kv = heads;
-    in.scale = Expr(1.0f / std::sqrt(static_cast<float>(dh)));
+    in.scale = v.generic ? 1.0f / sqrt(cast<float>(dh))
+                         : Expr(1.0f / std::sqrt(static_cast<float>(v.head_dim_qk)));
     in.softcap = Expr(0.0f);
     in.bottom_right = *bottom_right;
+    if (v.generic) {  // no mask tensor, no soft cap: constants the generic algorithm folds
+      in.dqk = in.dv = dh;
+      in.causal = *causal;
+      in.mask_kind = Expr(0);
+      Var j("j"), i("i");
+      in.bool_mask(j, i, h, b) = cast<uint8_t>(1);
+      in.add_mask(j, i, h, b) = 0.0f;
+    }
     attngen::AttentionFuncs attn = attngen::define_attention(spec, in);
 
     // Heads concatenated: feature n of the attention output is (n % dh, n / dh).
     Var n("n");
     Func concat("concat");
-    concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
+    if (v.generic) {
+      concat(n, s, b) =
+          attn.out(clamp(n % dh, 0, spec.head_dim_v - 1), clamp(n / dh, 0, heads - 1), s, b);
+    } else {
+      concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
+    }
     attngen::LinearShape out_shape{embed, embed, seq};
     out_shape.panel = in_shape.panel;
     attngen::LinearFuncs out_proj = attngen::define_linear(
@@ -98,6 +124,10 @@ class Mha : public Generator<Mha> {
     out_b->set_estimates({{0, E::kEmbed}});
     kv_len->set_estimates({{0, E::kBatch}});
     bottom_right->set_estimate(true);
+    if (v.generic) {
+      causal->set_estimate(false);
+      num_heads->set_estimate(E::kEmbed / 64);
+    }
     y->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
 
     if (get_auto_schedule()) return;

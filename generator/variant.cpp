@@ -138,7 +138,12 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       if (!only(common)) return false;
       break;
     case Op::kMha:
-      if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "MASK"})) return false;
+      if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "MASK", "GENERIC"})) {
+        return false;
+      }
+      if (v->generic && has("MASK")) {
+        return fail("MASK does not apply to a GENERIC kernel (run-time options)");
+      }
       break;
     case Op::kDecode:
       if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "HEAD_DIM_V", "MASK",
@@ -486,7 +491,7 @@ std::string description(const KernelVariant& v) {
     s += std::string(" with a ") + dtype_name(v.kv_dtype) + " cache";
   }
   if (v.op == Op::kLinear) return s;
-  if (v.generic && v.op == Op::kDecode) {
+  if (v.generic && v.op != Op::kAttention) {
     return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
            std::to_string(v.head_dim_v);
   }

@@ -54,13 +54,9 @@ struct MhaCase {
   std::vector<int32_t> kv_len;
 };
 
-TEST(Mha, MatchesNnMultiheadAttention) {
-  const MhaCase cases[] = {{2, 37, 128, 2, false, true, {}},
-                           {1, 1, 64, 1, false, true, {}},
-                           {3, 23, 192, 3, true, true, {}},
-                           {2, 17, 128, 2, false, false, {17, 5}},
-                           {2, 31, 128, 2, true, true, {31, 12}}};
-  for (const MhaCase& c : cases) {
+// One layer call on fresh random inputs against the float64 reference.
+void run_case(const MhaCase& c) {
+  {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("B" + std::to_string(c.b) + " S" + std::to_string(c.s) + " E" +
                  std::to_string(c.e) + " H" + std::to_string(c.h) + (c.causal ? " causal" : "") +
@@ -90,6 +86,29 @@ TEST(Mha, MatchesNnMultiheadAttention) {
     check(y.dense(),
           reference_mha(x.dense(), c.b, c.s, c.e, c.h, in_w.dense(), c.bias ? in_b.dense() : none,
                         out_w.dense(), c.bias ? out_b.dense() : none, c.causal, c.kv_len));
+  }
+}
+
+TEST(Mha, MatchesNnMultiheadAttention) {
+  const MhaCase cases[] = {{2, 37, 128, 2, false, true, {}},
+                           {1, 1, 64, 1, false, true, {}},
+                           {3, 23, 192, 3, true, true, {}},
+                           {2, 17, 128, 2, false, false, {17, 5}},
+                           {2, 31, 128, 2, true, true, {31, 12}}};
+  for (const MhaCase& c : cases) run_case(c);
+}
+
+// Head dims no specialised layer has run on the generic one (E / H up to 128), causal or not.
+TEST(Mha, GenericHeadDims) {
+  const MhaCase cases[] = {{2, 19, 120, 3, true, true, {}},      // 40 a head
+                           {1, 33, 100, 4, false, true, {33}},   // 25
+                           {2, 9, 112, 1, true, false, {9, 4}},  // 112
+                           {1, 70, 7, 7, false, true, {}}};      // 1
+  for (const MhaCase& c : cases) {
+    run_case(c);
+    const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+    ASSERT_NE(k, nullptr);
+    EXPECT_TRUE(k->generic) << k->name << " ran E" << c.e << " H" << c.h;
   }
 }
 

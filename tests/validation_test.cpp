@@ -379,8 +379,12 @@ TEST(MhaValidation, HeadsAndWeights) {
   opt.num_heads = 3;  // 128 % 3 != 0
   EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_HEADS);
   EXPECT_NE(std::string(attngen_last_error()).find("num_heads is 3"), std::string::npos);
-  opt.num_heads = 8;  // head dim 16: no MHA kernel generated (no generic MHA layer yet)
-  EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_NO_KERNEL);
+  opt.num_heads = 1;  // head dim 128: no MHA kernel is generated past 128 dims a head
+  Storage wide_x({1, 4, 256}, 0), wide_in({768, 256}, 0), wide_out({256, 256}, 0),
+      wide_y({1, 4, 256}, 0);
+  wide_x.fill_random(rng, -1, 1);
+  attngen_mha_weights wide{&wide_in.t, nullptr, &wide_out.t, nullptr};
+  EXPECT_EQ(attngen_mha(&wide_x.t, &wide, &wide_y.t, &opt), ATTNGEN_ERROR_NO_KERNEL);
   opt.num_heads = 2;
   Storage bad_w({383, 128}, 0);
   w.in_proj_weight = &bad_w.t;

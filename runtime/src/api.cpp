@@ -546,6 +546,8 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   args.bias2 = &hob.buf;
   args.kv_len = &hl.buf;
   args.bottom_right = needs_bottom_right(options->alignment, seq, kv_len);
+  args.causal = options->mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
+  args.num_heads = static_cast<int32_t>(options->num_heads);
   args.out = &hy.buf;
   run_kernel(c, kernel, args);
   return finish(c, kernel);

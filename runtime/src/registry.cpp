@@ -189,9 +189,10 @@ const char* dtype_mismatch(const attngen_kernel_info& k, const KernelQuery& q,
 
 // A generic attention kernel serves any call within its head dims, of its pattern kind (any
 // parameters) and without extra outputs (the masks, the soft cap and the pattern's parameters
-// are its run-time inputs); a generic decode kernel any cache within its head dims.
+// are its run-time inputs); a generic decode kernel any cache, a generic mha kernel any layer
+// (causal or not) within its head dims.
 bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
-  if (q.op == ATTNGEN_OP_DECODE) {
+  if (q.op == ATTNGEN_OP_DECODE || q.op == ATTNGEN_OP_MHA) {
     return q.head_dim_qk <= k.head_dim_qk && q.head_dim_v <= k.head_dim_v;
   }
   return q.op == ATTNGEN_OP_ATTENTION && q.head_dim_qk <= k.head_dim_qk &&

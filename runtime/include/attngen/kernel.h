@@ -46,12 +46,13 @@ typedef struct attngen_kernel_args {
   int32_t capacity;              /* ring size of the cache (slot = position mod capacity) */
   int32_t window;                /* left window, -1: none */
   int32_t split_keys;            /* split-KV: keys per partial (rounded up to key blocks) */
-  /* generic attention only: the call's causal mask and mask tensor kind, and both masks (the
-   * one of the other kind, or both, broadcast stand-ins that mask nothing) */
+  /* generic kernels only: the call's causal mask (attention, mha) and mask tensor kind, and
+   * both masks (the one of the other kind, or both, broadcast stand-ins that mask nothing) */
   int32_t causal;
   attngen_mask_tensor_kind mask_kind;
   struct halide_buffer_t *bool_mask, *add_mask;
   attngen_pattern pattern; /* a generic pattern kernel's parameters (its layout: `layout`) */
+  int32_t num_heads;       /* a generic mha kernel's head count (its head dim E / num_heads) */
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info below. A descriptor carries the version and the struct size

@@ -64,6 +64,9 @@ int call(void* uc, const attngen_kernel_args* a) {
   } else if constexpr (Op == ATTNGEN_OP_DECODE) {
     return Fn(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale, a->split_keys, a->k,
               a->v, a->out);
+  } else if constexpr ((Features & kGeneric) != 0) {
+    return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0,
+              a->causal != 0, a->num_heads, a->out);
   } else {
     return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0, a->out);
   }
