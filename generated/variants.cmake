@@ -62,6 +62,12 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC PATTERN strided ONLY_ISAS avx512 avx2 sse41 neon"
     "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse ONLY_ISAS avx512 avx2 sse41 neon"
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local ONLY_ISAS avx512 avx2 sse41 neon"
+    # Generic inspection kernels: the attention weights and log-sum-exp of any call up to D128.
+    "OP attention HEAD_DIM 128 GENERIC WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN window WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN strided WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
     # Layers.
     "OP linear"
     "OP mha HEAD_DIM 32"
@@ -71,6 +77,7 @@ set(ATTNGEN_VARIANTS
     "OP mha HEAD_DIM 128 MASK causal"
     # Generic layer: any head dim up to 128 (E / num_heads), causal or not at run time.
     "OP mha HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP mha HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
     # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
     "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"

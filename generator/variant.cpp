@@ -160,8 +160,8 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
       // A generic kernel takes the masks, the soft cap and the form at run time.
       // (A generic pattern kernel takes the pattern's kind, its parameters at run time.)
-      for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "WEIGHTS", "LSE", "WINDOW_LEFT",
-                            "WINDOW_RIGHT", "STRIDE", "BLOCK", "LOCAL", "GLOBAL_TOKENS"}) {
+      for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "WINDOW_LEFT", "WINDOW_RIGHT",
+                            "STRIDE", "BLOCK", "LOCAL", "GLOBAL_TOKENS"}) {
         if (v->generic && has(w)) {
           return fail(std::string(w) + " does not apply to a GENERIC kernel (run-time options)");
         }

@@ -64,7 +64,7 @@ class GenericKernel : public ::testing::TestWithParam<const attngen_kernel_info*
       default:
         break;
     }
-    t.pattern(p);
+    t.pattern(p).weights(GetParam()->weights != 0).lse(GetParam()->lse != 0);
     return t;
   }
 };

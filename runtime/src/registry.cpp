@@ -188,7 +188,7 @@ const char* dtype_mismatch(const attngen_kernel_info& k, const KernelQuery& q,
 }
 
 // A generic attention kernel serves any call within its head dims, of its pattern kind (any
-// parameters) and without extra outputs (the masks, the soft cap and the pattern's parameters
+// parameters) and with its extra outputs (the masks, the soft cap and the pattern's parameters
 // are its run-time inputs); a generic decode kernel any cache, a generic mha kernel any layer
 // (causal or not) within its head dims.
 bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
@@ -196,7 +196,8 @@ bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
     return q.head_dim_qk <= k.head_dim_qk && q.head_dim_v <= k.head_dim_v;
   }
   return q.op == ATTNGEN_OP_ATTENTION && q.head_dim_qk <= k.head_dim_qk &&
-         q.head_dim_v <= k.head_dim_v && q.pattern.kind == k.pattern.kind && !q.weights && !q.lse;
+         q.head_dim_v <= k.head_dim_v && q.pattern.kind == k.pattern.kind &&
+         (k.weights != 0) == q.weights && (k.lse != 0 || !q.lse);
 }
 
 // Everything but the dtypes.

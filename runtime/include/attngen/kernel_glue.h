@@ -50,7 +50,8 @@ int call(void* uc, const attngen_kernel_args* a) {
                                optional_arg<(Features & kPatternValues) != 0>(p.block),
                                optional_arg<(Features & kPatternValues) != 0>(p.local),
                                optional_arg<(Features & kPatternValues) != 0>(p.global_tokens)),
-                std::make_tuple(a->out)));
+                std::make_tuple(a->out), optional_arg<(Features & kWeights) != 0>(a->weights),
+                optional_arg<(Features & kLse) != 0>(a->lse)));
   } else if constexpr (Op == ATTNGEN_OP_ATTENTION) {
     return std::apply(Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale,
                                                          a->softcap, a->bottom_right != 0),
