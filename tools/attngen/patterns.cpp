@@ -84,7 +84,7 @@ PatternParams default_pattern_params() {
   bool window = false, stride = false, block = false, global = false;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op != ATTNGEN_OP_ATTENTION) continue;
+    if (k->op != ATTNGEN_OP_ATTENTION || k->generic) continue;  // generic: no parameters
     const attngen_pattern& kp = k->pattern;
     if (kp.kind == ATTNGEN_PATTERN_WINDOW && !window && kp.window_left >= 0 &&
         kp.window_left == kp.window_right) {

@@ -276,12 +276,31 @@ void take_kernel_params(const attngen_kernel_info& k, PatternId id, PatternParam
   }
 }
 
-const attngen_kernel_info* find_weights_kernel(PatternId id, bool causal) {
+attngen_pattern_kind kind_of(PatternId id) {
+  switch (id) {
+    case PatternId::kLocal:
+      return ATTNGEN_PATTERN_WINDOW;
+    case PatternId::kStrided:
+      return ATTNGEN_PATTERN_STRIDED;
+    case PatternId::kBlockSparse:
+      return ATTNGEN_PATTERN_BLOCK_SPARSE;
+    case PatternId::kGlobalLocal:
+      return ATTNGEN_PATTERN_GLOBAL_LOCAL;
+    case PatternId::kDense:
+      break;
+  }
+  return ATTNGEN_PATTERN_NONE;
+}
+
+// A specialised weights kernel of the pattern (its parameters built in), or with `generic` the
+// generic one of the pattern's kind (any parameters, causal or not).
+const attngen_kernel_info* find_weights_kernel(PatternId id, bool causal, bool generic = false) {
   const attngen_kernel_info* found = nullptr;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (!plain_attention_with_weights(*k) || !kernel_is_pattern(*k, id)) continue;
-    if ((k->mask == ATTNGEN_MASK_CAUSAL) != causal) continue;
+    if (!plain_attention_with_weights(*k) || (k->generic != 0) != generic) continue;
+    if (generic ? k->pattern.kind != kind_of(id) : !kernel_is_pattern(*k, id)) continue;
+    if (!generic && (k->mask == ATTNGEN_MASK_CAUSAL) != causal) continue;
     if (std::string(k->isa) == "cuda") continue;  // chosen only when asked for
     if (found == nullptr || (attngen_kernel_supported(k) && !attngen_kernel_supported(found))) {
       found = k;
@@ -502,9 +521,9 @@ struct WeightsRun {
 
 // Runs `kernel` on random inputs of the pattern set's shape; false (with a message) on failure.
 bool run_weights_kernel(const attngen_kernel_info& kernel, const PatternSet& set, PatternId id,
-                        const PatternParams& params, int64_t heads, WeightsRun& run) {
+                        const PatternParams& params, bool causal, int64_t heads, WeightsRun& run) {
   const int64_t seq = params.seq;
-  const int dim = kernel.head_dim_qk, dim_v = kernel.head_dim_v;
+  const int dim = params.dim, dim_v = kernel.generic ? params.dim : kernel.head_dim_v;
   Inputs in = make_inputs(seq, heads, dim, dim_v, params.seed);
   std::vector<float> o(size_t(seq * heads * dim_v)), lse(size_t(heads * seq));
   run.weights.assign(size_t(heads * seq * seq), 0.0f);
@@ -518,8 +537,8 @@ bool run_weights_kernel(const attngen_kernel_info& kernel, const PatternSet& set
   attngen_tensor lt = attngen_tensor_contiguous(lse.data(), ATTNGEN_F32, 3, ls);
   attngen_attention_options& opt = run.opt;
   opt = attngen_attention_options_default();
-  opt.mask = kernel.mask;
-  opt.pattern = kernel.pattern;
+  opt.mask = causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
+  opt.pattern = kernel.generic ? set.pattern(id) : kernel.pattern;
   if (id == PatternId::kBlockSparse) opt.pattern = set.pattern(id);
   opt.weights = &wt;
   opt.lse = kernel.lse != 0 ? &lt : nullptr;
@@ -537,11 +556,15 @@ bool run_weights_kernel(const attngen_kernel_info& kernel, const PatternSet& set
 }
 
 // Per head: mean max weight, mean distance attended, entropy and the worst row-sum error.
-void print_head_stats(const attngen_kernel_info& kernel, const WeightsRun& run, int64_t seq,
-                      int64_t heads) {
+void print_head_stats(const attngen_kernel_info& kernel_info, const WeightsRun& run, int64_t seq,
+                      int64_t heads, int dim) {
+  // What ran: a generic kernel's pattern and mask are the call's.
+  attngen_kernel_info kernel = kernel_info;
+  kernel.pattern = run.opt.pattern;
+  kernel.mask = run.opt.mask;
   std::printf("attngen viz: seq %lld, %lld head%s of dim %d, --pattern %s\n",
               static_cast<long long>(seq), static_cast<long long>(heads), heads == 1 ? "" : "s",
-              kernel.head_dim_qk, describe_kernel(kernel).c_str());
+              dim, describe_kernel(kernel).c_str());
   std::printf("kernel %s: %.2f ms (weights%s written)\n\n", attngen_last_kernel(), run.ms,
               kernel.lse ? " and log-sum-exp" : "");
   std::printf("%-4s  %-16s %14s %14s %15s %14s\n", "head", "kind", "mean max weight",
@@ -625,6 +648,7 @@ int run_viz(const std::vector<std::string>& args) {
   if (kernel != nullptr) take_kernel_params(*kernel, id, params);
   read_pattern_options(a, params);  // explicit options win over the kernel's parameters
   if (kernel != nullptr && !kernel_matches_params(*kernel, id, params)) kernel = nullptr;
+  if (kernel == nullptr) kernel = find_weights_kernel(id, causal, /*generic=*/true);
   if (kernel == nullptr) {
     std::fprintf(stderr,
                  "attngen viz: no kernel writes the attention weights for --pattern %s%s with "
@@ -635,7 +659,7 @@ int run_viz(const std::vector<std::string>& args) {
     return kExitNoKernel;
   }
   params.heads = heads;
-  params.dim = kernel->head_dim_qk;
+  params.dim = kernel->generic ? 64 : kernel->head_dim_qk;  // a generic kernel takes any
   const PatternSet set(params);
   const std::vector<PatternRow> rows = pattern_rows(set);
 
@@ -648,8 +672,8 @@ int run_viz(const std::vector<std::string>& args) {
   }
 
   WeightsRun run;
-  if (!run_weights_kernel(*kernel, set, id, params, heads, run)) return 1;
-  print_head_stats(*kernel, run, params.seq, heads);
+  if (!run_weights_kernel(*kernel, set, id, params, causal, heads, run)) return 1;
+  print_head_stats(*kernel, run, params.seq, heads, params.dim);
   std::vector<std::string> written;
   if (!write_images(*kernel, run, set, rows, params.seq, heads, out, written)) return 1;
   std::printf("wrote (width x height):\n");
