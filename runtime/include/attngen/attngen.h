@@ -79,8 +79,9 @@ typedef enum attngen_alignment {
 } attngen_alignment;
 
 /* Sparse attention patterns (docs/semantics.md), for query position p (= i + the alignment
- * offset) and key j; each combines with causal. Kernels are generated per pattern and
- * parameters (generated/variants.cmake) and skip the key blocks a pattern masks entirely. */
+ * offset) and key j; each combines with causal. Kernels specialised for a pattern and its
+ * parameters, and generic ones per pattern kind that take any parameters
+ * (generated/variants.cmake), skip the key blocks a pattern masks entirely. */
 typedef enum attngen_pattern_kind {
   ATTNGEN_PATTERN_NONE = 0,
   ATTNGEN_PATTERN_WINDOW = 1,       /* p - window_left <= j <= p + window_right */
