@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -365,6 +366,32 @@ std::string row_name(const ::testing::TestParamInfo<Family>& info) { return info
 // How gtest names a row in its failure list (instead of the struct's bytes).
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name << " (" << f.config << ")"; }
 
+// The CPU ISAs this machine runs that kernels were built for (x86: each of AVX-512, AVX2, SSE4.1
+// the CPU has; aarch64: NEON): every row runs on each, with automatic dispatch within it.
+std::vector<std::string> cpu_isas() {
+  std::vector<std::string> isas;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (!attngen_kernel_supported(k) || !std::strcmp(k->isa, "cuda")) continue;
+    if (std::find(isas.begin(), isas.end(), k->isa) == isas.end()) isas.push_back(k->isa);
+  }
+  return isas;
+}
+
+// Runs `test` once per CPU ISA, dispatch restricted to it (attngen_set_isa), and records which
+// kernel served the row on each (a property of the test: --gtest_output=xml shows it).
+template <typename Run>
+void on_each_isa(const Run& test) {
+  for (const std::string& isa : cpu_isas()) {
+    SCOPED_TRACE("ISA " + isa);
+    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
+    test();
+    attngen_set_isa(nullptr);
+    if (::testing::Test::HasFailure()) return;
+    ::testing::Test::RecordProperty("kernel_" + isa, attngen_last_kernel());
+  }
+}
+
 class ModelFamilyAttention : public ::testing::TestWithParam<Family> {};
 
 TEST_P(ModelFamilyAttention, MatchesReference) {
@@ -385,8 +412,7 @@ TEST_P(ModelFamilyAttention, MatchesReference) {
   } else {
     t.pattern(f.pattern);
   }
-  t.Test();  // automatic dispatch
-  if (!HasFailure()) RecordProperty("kernel", attngen_last_kernel());
+  on_each_isa([&] { t.Test(); });  // automatic dispatch within each ISA
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, ModelFamilyAttention, ::testing::ValuesIn(families()), row_name);
@@ -401,8 +427,7 @@ TEST_P(ModelFamilyDecode, MatchesFullCausalPass) {
   t.batch(d.batch).heads(f.hq, f.hkv).head_dim(f.dqk, f.dv);
   t.cached(d.cached).new_tokens(d.new_tokens).steps(d.steps);
   if (d.window >= 0) t.window(d.window);
-  t.Test();  // automatic dispatch
-  if (!HasFailure()) RecordProperty("kernel", attngen_last_kernel());
+  on_each_isa([&] { t.Test(); });  // automatic dispatch within each ISA
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, ModelFamilyDecode, ::testing::ValuesIn(decoding_families()),
