@@ -593,16 +593,6 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
   return true;
 }
 
-int glue_features(const KernelVariant& v, const TargetRow& target) {
-  int f = 0;
-  if (v.mask_tensor != MaskTensor::kNone) f |= 1;
-  if (v.pattern.kind == Pattern::kBlockSparse) f |= 2;
-  if (v.weights) f |= 4;
-  if (v.lse) f |= 8;
-  if (target.isa == Isa::kCuda) f |= 16;
-  return f;
-}
-
 const TargetRow& host_target(const std::string& cross_processor) {
   const TargetRow* best = &target_row(Isa::kGeneric);
   for (const TargetRow& t : kTargets) {

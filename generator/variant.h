@@ -83,10 +83,6 @@ std::vector<std::string> tunable_names(const KernelVariant& v);
 bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
                     std::vector<Tunable>* out, std::string* error);
 
-// What the generated function takes beyond the common arguments (runtime/include/attngen/
-// kernel_glue.h, attngen::glue::Feature).
-int glue_features(const KernelVariant& v, const TargetRow& target);
-
 // The ISA `host` means: the best row of the target table this machine runs (cross builds pass
 // the processor they build for; its best ISA is assumed).
 const TargetRow& host_target(const std::string& cross_processor);
