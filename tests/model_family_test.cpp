@@ -386,9 +386,10 @@ void on_each_isa(const Run& test) {
     SCOPED_TRACE("ISA " + isa);
     ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
     test();
+    const std::string kernel = attngen_last_kernel();  // before set_isa, which resets it
     attngen_set_isa(nullptr);
     if (::testing::Test::HasFailure()) return;
-    ::testing::Test::RecordProperty("kernel_" + isa, attngen_last_kernel());
+    ::testing::Test::RecordProperty("kernel_" + isa, kernel);
   }
 }
 
