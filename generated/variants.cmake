@@ -51,23 +51,23 @@ set(ATTNGEN_VARIANTS
     # Generic kernels: any head dims up to the bucket's, the causal mask, a mask tensor and the
     # soft cap at run time. Dispatch takes them only where no specialised kernel fits (the
     # smallest bucket that does), so every valid call runs (docs/variants.md).
-    "OP attention HEAD_DIM 64 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 256 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 64 GENERIC"
+    "OP attention HEAD_DIM 128 GENERIC"
+    "OP attention HEAD_DIM 256 GENERIC"
+    "OP attention HEAD_DIM 512 GENERIC"
     # Generic pattern kernels: the pattern's kind built in, its parameters at run time (one
     # window kernel serves Mistral's 4096 and Longformer's 256), with the generic options.
-    "OP attention HEAD_DIM 128 GENERIC PATTERN window ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 256 GENERIC PATTERN window ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN strided ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN window"
+    "OP attention HEAD_DIM 256 GENERIC PATTERN window"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN strided"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local"
     # Generic inspection kernels: the attention weights and log-sum-exp of any call up to D128.
-    "OP attention HEAD_DIM 128 GENERIC WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN window WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN strided WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local WEIGHTS LSE ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP attention HEAD_DIM 128 GENERIC WEIGHTS LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN window WEIGHTS LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN strided WEIGHTS LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse WEIGHTS LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local WEIGHTS LSE"
     # Layers.
     "OP linear"
     "OP mha HEAD_DIM 32"
@@ -76,8 +76,8 @@ set(ATTNGEN_VARIANTS
     "OP mha HEAD_DIM 128"
     "OP mha HEAD_DIM 128 MASK causal"
     # Generic layer: any head dim up to 128 (E / num_heads), causal or not at run time.
-    "OP mha HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
-    "OP mha HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP mha HEAD_DIM 128 GENERIC"
+    "OP mha HEAD_DIM 512 GENERIC"
     # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
     "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"
@@ -86,7 +86,7 @@ set(ATTNGEN_VARIANTS
     "OP decode HEAD_DIM 128"
     "OP decode HEAD_DIM 256"
     # Generic decode: any head dims up to the bucket's (zero-padded), for the caches no
-    # specialised kernel takes.
-    "OP decode HEAD_DIM 128 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    # specialised kernel takes. (D512 on CUDA would need 64 KiB of shared memory a block.)
+    "OP decode HEAD_DIM 128 GENERIC"
     "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
 )

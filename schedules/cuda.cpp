@@ -59,6 +59,8 @@ void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const 
   // Running state of the tile in shared memory, one update per key block.
   Func state = f.state;
   state.compute_at(out, io).bound(f.qi, 0, tq).bound_extent(f.qt, 1);
+  // A generic kernel computes its padded head dim (the output takes the call's).
+  if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   on_threads(state, d, f.qi, tx, tq);
   const RVar rb = f.rb;  // the key blocks: serial, outside the threads
   const Var state_element = on_threads(state.update(), d, f.qi, tx, tq, &rb);
@@ -124,6 +126,7 @@ void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   f.row_position.compute_root().gpu_tile(r, kbo, kbi, tx, guard);
 
   Func state = f.state;
+  if (spec.generic) state.bound(d, 0, spec.head_dim_v);  // the padded head dim (cpu_decode.cpp)
   state.compute_root()
       .split(r, rt, ri, tr, guard)
       .split(d, dox, dix, tx, guard)
