@@ -74,10 +74,16 @@ class Mha : public Generator<Mha> {
 
     Var d("d"), h("h"), s("s"), b("b");
     attngen::AttentionInputs in;
-    const auto feature = [&](const Expr& e) { return v.generic ? clamp(e, 0, embed - 1) : e; };
-    in.q(d, h, s, b) = qkv(feature(h * dh + d), s, b);
-    in.k(d, h, s, b) = qkv(embed + feature(h * dh + d), s, b);
-    in.v(d, h, s, b) = qkv(2 * embed + feature(h * dh + d), s, b);
+    if (v.generic) {
+      const Expr feature = clamp(h * dh + d, 0, embed - 1);
+      in.q(d, h, s, b) = qkv(feature, s, b);
+      in.k(d, h, s, b) = qkv(embed + feature, s, b);
+      in.v(d, h, s, b) = qkv(2 * embed + feature, s, b);
+    } else {
+      in.q(d, h, s, b) = qkv(h * dh + d, s, b);
+      in.k(d, h, s, b) = qkv(embed + h * dh + d, s, b);
+      in.v(d, h, s, b) = qkv(2 * embed + h * dh + d, s, b);
+    }
     in.kv_len = *kv_len;
     in.seq_q = in.seq_kv = seq;
     in.heads_q = in.heads_kv = heads;
