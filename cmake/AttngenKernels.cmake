@@ -47,7 +47,7 @@ function(_attngen_variant_tool OUT)
               generator/variant_tool.cpp)
   set(hash "")
   foreach (s IN LISTS sources ITEMS generator/variant.h generator/variant_cli.h
-           generator/tuning_file.h generator/pattern.h schedules/targets.h
+           generator/tuning_file.h generator/pattern.h schedules/targets.h schedules/tunables.h
            schedules/cpu_features.h)
     file(SHA256 "${_attngen_source_dir}/${s}" h)
     string(APPEND hash "${h}")

@@ -4,13 +4,12 @@ namespace attngen {
 
 namespace {
 
-// Sets the field of `t` that `name` names; the names are those of tunable_names().
-template <typename T>
-void apply(const KernelVariant& v, T& t,
-           std::initializer_list<std::pair<const char*, int T::*>> f) {
+// Sets the fields of `t` the variant's tunables name (through the table of schedules/tunables.h).
+template <typename T, size_t N>
+void apply(const KernelVariant& v, T& t, const TunableField<T> (&table)[N]) {
   for (const Tunable& tunable : v.tunables) {
-    for (const auto& [name, field] : f) {
-      if (tunable.name == name) t.*field = tunable.value;
+    for (const TunableField<T>& f : table) {
+      if (tunable.name == f.name) t.*f.field = tunable.value;
     }
   }
 }
@@ -70,28 +69,13 @@ AttentionSpec attention_spec(const KernelVariant& v) {
 AttentionTunables attention_tunables(const KernelVariant& v) {
   AttentionTunables t;
   t.query_tile = v.query_tile;
-  using A = AttentionTunables;
-  apply<A>(v, t,
-           {{"query_tile", &A::query_tile},
-            {"key_tile", &A::key_tile},
-            {"pv_rows", &A::pv_rows},
-            {"parallel_grain", &A::parallel_grain},
-            {"threads_x", &A::threads_x},
-            {"stage_kv", &A::stage_kv},
-            {"pv_chunk", &A::pv_chunk}});
+  apply(v, t, kAttentionTunables);
   return t;
 }
 
 LinearTunables linear_tunables(const KernelVariant& v) {
   LinearTunables t;
-  using L = LinearTunables;
-  apply<L>(v, t,
-           {{"n_vectors", &L::n_vectors},
-            {"rows", &L::rows},
-            {"row_block", &L::row_block},
-            {"e_chunk", &L::e_chunk},
-            {"threads_x", &L::threads_x},
-            {"threads_y", &L::threads_y}});
+  apply(v, t, kLinearTunables);
   return t;
 }
 
@@ -110,8 +94,7 @@ DecodeSpec decode_spec(const KernelVariant& v) {
 
 DecodeTunables decode_tunables(const KernelVariant& v) {
   DecodeTunables t;
-  using D = DecodeTunables;
-  apply<D>(v, t, {{"key_tile", &D::key_tile}, {"pv_rows", &D::pv_rows}});
+  apply(v, t, kDecodeTunables);
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "schedules/cpu_features.h"
+#include "schedules/tunables.h"
 
 namespace attngen {
 
@@ -123,22 +124,24 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
     return false;
   };
   const auto has = [&](const char* key) { return given.count(key) != 0; };
+  // The words an op takes besides OP, DTYPE, ISA, TUNABLES and ONLY_ISAS.
   const auto only = [&](std::initializer_list<const char*> allowed) -> bool {
     for (const auto& [key, _] : given) {
-      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) ==
-          allowed.end()) {
+      const bool common =
+          key == "OP" || key == "DTYPE" || key == "ISA" || key == "TUNABLES" || key == "ONLY_ISAS";
+      if (!common && std::find_if(allowed.begin(), allowed.end(),
+                                  [&](const char* a) { return key == a; }) == allowed.end()) {
         return fail(key + " does not apply to OP " + op_name(v->op));
       }
     }
     return true;
   };
-  const auto common = {"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS"};
   switch (v->op) {
     case Op::kLinear:
-      if (!only(common)) return false;
+      if (!only({})) return false;
       break;
     case Op::kMha:
-      if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "MASK", "GENERIC"})) {
+      if (!only({"HEAD_DIM", "MASK", "GENERIC"})) {
         return false;
       }
       if (v->generic && has("MASK")) {
@@ -146,8 +149,7 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       }
       break;
     case Op::kDecode:
-      if (!only({"OP", "DTYPE", "ISA", "TUNABLES", "ONLY_ISAS", "HEAD_DIM", "HEAD_DIM_V", "MASK",
-                 "KEY_BLOCK", "KV_DTYPE", "GENERIC"})) {
+      if (!only({"HEAD_DIM", "HEAD_DIM_V", "MASK", "KEY_BLOCK", "KV_DTYPE", "GENERIC"})) {
         return false;
       }
       // Queries of a KV cache attend the cached positions up to their own (bottom-right).
@@ -535,16 +537,20 @@ std::string description(const KernelVariant& v) {
 
 std::vector<std::string> tunable_names(const KernelVariant& v) {
   std::vector<std::string> names;
+  const auto add = [&](const auto& table) {
+    for (const auto& t : table) names.push_back(t.name);
+  };
   switch (v.op) {
     case Op::kAttention:
-      names = {"query_tile", "key_tile", "pv_rows",  "parallel_grain",
-               "threads_x",  "stage_kv", "pv_chunk", "key_block"};
+      add(kAttentionTunables);
+      names.push_back("key_block");
       break;
     case Op::kLinear:
-      names = {"n_vectors", "rows", "row_block", "e_chunk", "threads_x", "threads_y"};
+      add(kLinearTunables);
       break;
     case Op::kDecode:
-      names = {"key_tile", "pv_rows", "key_block"};
+      add(kDecodeTunables);
+      names.push_back("key_block");
       break;
     case Op::kMha:
       break;
