@@ -78,6 +78,31 @@ set(ATTNGEN_VARIANTS
     # Generic layer: any head dim up to 128 (E / num_heads), causal or not at run time.
     "OP mha HEAD_DIM 128 GENERIC"
     "OP mha HEAD_DIM 512 GENERIC"
+    # f16 and bf16 tensors (docs/semantics.md, "Precision"): stored in the dtype, computed in
+    # f32; the avx512bf16 and neonfp16 rows of the target table add kernels whose products use
+    # the dtype's own instructions. Calls in these dtypes that no kernel here takes (patterns,
+    # inspection, head dims above 256) run on the f32 kernels through a conversion in the
+    # runtime, a copy of the inputs.
+    "OP attention DTYPE bf16 HEAD_DIM 64"
+    "OP attention DTYPE bf16 HEAD_DIM 64 MASK causal"
+    "OP attention DTYPE bf16 HEAD_DIM 128"
+    "OP attention DTYPE bf16 HEAD_DIM 128 MASK causal"
+    "OP attention DTYPE bf16 HEAD_DIM 128 GENERIC"
+    "OP attention DTYPE bf16 HEAD_DIM 256 GENERIC"
+    "OP attention DTYPE bf16 OUT_DTYPE f32 HEAD_DIM 128 GENERIC"
+    "OP attention DTYPE f16 HEAD_DIM 64"
+    "OP attention DTYPE f16 HEAD_DIM 64 MASK causal"
+    "OP attention DTYPE f16 HEAD_DIM 128"
+    "OP attention DTYPE f16 HEAD_DIM 128 MASK causal"
+    "OP attention DTYPE f16 HEAD_DIM 128 GENERIC"
+    "OP attention DTYPE f16 HEAD_DIM 256 GENERIC"
+    "OP attention DTYPE f16 OUT_DTYPE f32 HEAD_DIM 128 GENERIC"
+    "OP linear DTYPE bf16"
+    "OP linear DTYPE f16"
+    "OP mha DTYPE bf16 HEAD_DIM 64"
+    "OP mha DTYPE bf16 HEAD_DIM 128 GENERIC"
+    "OP mha DTYPE f16 HEAD_DIM 64"
+    "OP mha DTYPE f16 HEAD_DIM 128 GENERIC"
     # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
     "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"

@@ -68,7 +68,7 @@ class Attention : public Generator<Attention> {
         }
       }
     }
-    out = add_output<Buffer<>>("out", t, 4);
+    out = add_output<Buffer<>>("out", attngen::halide_type(v_.out_dtype), 4);
     if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
     if (v_.lse) lse = add_output<Buffer<float, 3>>("lse");
   }

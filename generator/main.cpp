@@ -204,7 +204,7 @@ int descriptor(int argc, char** argv) {
     << "    " << c_string(t->name) << ",\n"
     << "    " << c_string(halide_target) << ",\n"
     << "    {" << c_dtype(v.dtype) << ", " << c_dtype(v.kv_dtype) << ", " << c_dtype(v.kv_dtype)
-    << ", " << c_dtype(v.dtype) << ", "
+    << ", " << c_dtype(v.out_dtype) << ", "
     << (v.mask_tensor == MaskTensor::kBool ? "ATTNGEN_BOOL" : "ATTNGEN_F32") << ", "
     << c_dtype(v.kv_dtype) << "},\n"
     << "    " << v.head_dim_qk << ",\n"

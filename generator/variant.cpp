@@ -57,8 +57,9 @@ const Names<Pattern> kPatterns{{{"none", Pattern::kNone},
 
 // The element types each op's generator and schedules support today.
 bool dtype_supported(Op op, DType dtype, DType kv_dtype) {
-  (void)op;
-  return dtype == DType::kF32 && kv_dtype == DType::kF32;
+  const bool floating = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  if (op == Op::kDecode) return floating;  // any cache: f32, f16, bf16 or i8
+  return floating && kv_dtype == dtype;
 }
 
 std::vector<std::string> split_words(const std::string& text) {
@@ -160,6 +161,9 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
     case Op::kAttention:
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
+      if (has("OUT_DTYPE") && v->out_dtype != DType::kF32) {
+        return fail("OUT_DTYPE takes f32 (an output in the inputs' dtype is the default)");
+      }
       // A generic kernel takes the masks, the soft cap and the form at run time.
       // (A generic pattern kernel takes the pattern's kind, its parameters at run time.)
       for (const char* w : {"MASK", "MASK_TENSOR", "SOFTCAP", "WINDOW_LEFT", "WINDOW_RIGHT",
@@ -171,17 +175,18 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
   }
   if (v->op != Op::kDecode) v->kv_dtype = v->dtype;
+  if (!has("OUT_DTYPE")) v->out_dtype = v->dtype;
   if (v->op != Op::kLinear && v->head_dim_qk <= 0) {
     return fail(std::string("HEAD_DIM is required for OP ") + op_name(v->op));
   }
   if (v->head_dim_v == 0) v->head_dim_v = v->head_dim_qk;
   if (!dtype_supported(v->op, v->dtype, v->kv_dtype)) {
-    return fail(std::string("no schedule supports ") + op_name(v->op) + " kernels in " +
+    return fail(std::string(op_name(v->op)) + " kernels take f32, f16 or bf16 tensors" +
+                (v->op == Op::kDecode ? " and an f32, f16, bf16 or i8 cache" : "") + ", not " +
                 dtype_name(v->dtype) +
                 (v->kv_dtype != v->dtype
                      ? std::string(" with a ") + dtype_name(v->kv_dtype) + " cache"
-                     : std::string()) +
-                " yet (built today: f32)");
+                     : std::string()));
   }
   PatternSpec& p = v->pattern;
   const auto param_needs = [&](const char* key, Pattern kind) {
@@ -287,8 +292,10 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
     if (key == "OP") {
       ok = kOps.find(value, &v->op);
       if (!ok) return fail("OP must be one of " + kOps.all() + ", not " + value);
-    } else if (key == "DTYPE" || key == "KV_DTYPE") {
-      ok = kDTypes.find(value, key == "DTYPE" ? &v->dtype : &v->kv_dtype);
+    } else if (key == "DTYPE" || key == "KV_DTYPE" || key == "OUT_DTYPE") {
+      ok = kDTypes.find(value, key == "DTYPE"      ? &v->dtype
+                               : key == "KV_DTYPE" ? &v->kv_dtype
+                                                   : &v->out_dtype);
       if (!ok) return fail(key + " must be one of " + kDTypes.all() + ", not " + value);
     } else if (key == "HEAD_DIM") {
       ok = parse_int(value, 1, &v->head_dim_qk);
@@ -326,7 +333,7 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
       v->isa = value;
     } else {
       return fail("unknown word " + key +
-                  " (OP DTYPE KV_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
+                  " (OP DTYPE KV_DTYPE OUT_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
                   "WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
                   "GENERIC KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
     }
@@ -346,6 +353,7 @@ std::string canonical(const KernelVariant& v) {
   if (v.op == Op::kDecode && v.kv_dtype != v.dtype) {
     s += std::string(" KV_DTYPE ") + dtype_name(v.kv_dtype);
   }
+  if (v.out_dtype != v.dtype) s += std::string(" OUT_DTYPE ") + dtype_name(v.out_dtype);
   if (v.op == Op::kLinear) return s;
   s += " HEAD_DIM " + std::to_string(v.head_dim_qk);
   if (v.head_dim_v != v.head_dim_qk) s += " HEAD_DIM_V " + std::to_string(v.head_dim_v);
@@ -385,6 +393,7 @@ std::string kernel_name(const KernelVariant& v, const TargetRow& target) {
   static const char* const kShort[] = {"attn", "linear", "mha", "decode"};
   std::string s = std::string(kShort[static_cast<int>(v.op)]) + "_" + dtype_name(v.dtype);
   if (v.op == Op::kDecode && v.kv_dtype != v.dtype) s += std::string("kv") + dtype_name(v.kv_dtype);
+  if (v.out_dtype != v.dtype) s += std::string("out") + dtype_name(v.out_dtype);
   if (v.op != Op::kLinear) {
     s += "_" + head_dims(v) + "_" + (v.generic ? "generic" : kMasks.name(v.mask));
     for (const std::string& w : shape_words(v)) s += "_" + w;
@@ -401,6 +410,7 @@ std::string tuning_class(const KernelVariant& v) {
   if (v.op != Op::kAttention) return "";
   std::string s = "attention";
   if (v.dtype != DType::kF32) s += std::string(" ") + dtype_name(v.dtype);
+  if (v.out_dtype != v.dtype) s += std::string(" out") + dtype_name(v.out_dtype);
   s += " " + head_dims(v) +
        (v.generic                     ? " generic"
         : v.mask == MaskKind::kCausal ? " causal"
@@ -431,6 +441,10 @@ bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* err
   std::string text = "OP " + words[0];
   size_t at = 1;
   if (at < words.size() && kDTypes.find(words[at], &v->dtype)) text += " DTYPE " + words[at++];
+  if (at < words.size() && words[at].rfind("out", 0) == 0 &&
+      kDTypes.find(words[at].substr(3), &v->out_dtype)) {
+    text += " OUT_DTYPE " + words[at++].substr(3);
+  }
   if (words[0] == "attention") {
     int d = 0, dv = 0;
     if (at >= words.size() || std::sscanf(words[at].c_str(), "d%dv%d", &d, &dv) < 1) {
@@ -492,6 +506,7 @@ std::string description(const KernelVariant& v) {
   if (v.op == Op::kDecode && v.kv_dtype != v.dtype) {
     s += std::string(" with a ") + dtype_name(v.kv_dtype) + " cache";
   }
+  if (v.out_dtype != v.dtype) s += std::string(", ") + dtype_name(v.out_dtype) + " output";
   if (v.op == Op::kLinear) return s;
   if (v.generic && v.op != Op::kAttention) {
     return s + ", generic: head dims up to " + std::to_string(v.head_dim_qk) + "/" +
@@ -602,7 +617,8 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
 const TargetRow& host_target(const std::string& cross_processor) {
   const TargetRow* best = &target_row(Isa::kGeneric);
   for (const TargetRow& t : kTargets) {
-    if (t.preference <= best->preference) continue;
+    // Extension rows build some dtypes only: `host` is always a base ISA.
+    if (t.preference <= best->preference || *t.extends != '\0') continue;
     const bool arm = std::string(t.arch) == "aarch64";
     const bool runs =
         cross_processor.empty()

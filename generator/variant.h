@@ -18,8 +18,9 @@ namespace attngen {
 
 enum class Op { kAttention, kLinear, kMha, kDecode };
 
-// Element types of tensors. Only kF32 kernels are built today; the others name the axis that
-// reduced-precision kernels fill in (parse_variant() refuses them until a schedule supports them).
+// Element types of tensors. Kernels compute in f32 whatever they store (docs/semantics.md,
+// "Precision"): f16 and bf16 tensors are converted where they are read and written; kI8 is for
+// KV caches only (symmetric, with f32 scales).
 enum class DType { kF32, kF16, kBF16, kI8 };
 
 struct Tunable {
@@ -32,6 +33,7 @@ struct KernelVariant {
   // Q, K, V and O (attention); x, the weights and y (linear, mha); the queries and O (decode).
   DType dtype = DType::kF32;
   DType kv_dtype = DType::kF32;         // decode: the cached K and V; the others: dtype
+  DType out_dtype = DType::kF32;        // OUT_DTYPE (attention): O; the others: dtype
   int head_dim_qk = 0, head_dim_v = 0;  // 0 for linear
   MaskKind mask = MaskKind::kNone;      // decode: always causal (bottom-right)
   MaskTensor mask_tensor = MaskTensor::kNone;

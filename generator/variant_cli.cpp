@@ -94,6 +94,8 @@ int variant_cmake(const Options& o) {
     skip = true;
     for (const std::string& isa : v.only_isas) skip = skip && isa != t.name;
   }
+  // An extension row (schedules/targets.h) builds the variants of its dtypes only.
+  if (!row_builds(t, dtype_name(v.dtype))) skip = true;
   std::string runtime, runtime_target;
   if (!runtime_of(t, o.cuda_runtime, &runtime, &runtime_target, &error)) return fail(error);
 

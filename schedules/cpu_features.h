@@ -4,6 +4,9 @@
 #pragma once
 
 #include <string>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "schedules/targets.h"
 
@@ -23,8 +26,14 @@ inline bool cpu_feature(const std::string& f) {
   if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
   if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
   if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
+  if (f == "avx512ifma") return __builtin_cpu_supports("avx512ifma");
+  if (f == "avx512vbmi") return __builtin_cpu_supports("avx512vbmi");
+  if (f == "avx512vnni") return __builtin_cpu_supports("avx512vnni");
+  if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
   return false;
 #elif defined(__aarch64__)
+  // ARMv8.2-A half-precision arithmetic: HWCAP_ASIMDHP (Linux's asm/hwcap.h).
+  if (f == "asimdhp") return (getauxval(AT_HWCAP) & (1UL << 10)) != 0;
   return f == "aarch64";
 #else
   (void)f;

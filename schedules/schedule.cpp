@@ -130,8 +130,7 @@ LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
                            const Halide::Target& target, bool autoscheduled) {
   const TargetInfo info = target_info(target);
   const LinearTunables t = resolve(requested, info);
-  const bool simd = info.isa == Isa::kAvx512 || info.isa == Isa::kAvx2 || info.isa == Isa::kNeon ||
-                    info.isa == Isa::kSse41;
+  const bool simd = info.isa != Isa::kCuda && info.isa != Isa::kGeneric;
   // One panel per register tile's output features (schedule_linear_simd()).
   shape.panel = simd && !autoscheduled ? t.n_vectors * info.f32_lanes : 1;
   return t;
@@ -153,8 +152,10 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
       schedule_attention_cuda(f, spec, info, resolve(tunables, spec, info));
       return;
     case Isa::kAvx512:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx2:
     case Isa::kNeon:
+    case Isa::kNeonFp16:
     case Isa::kSse41:
       if (spec.key_block > 0) {
         schedule_attention_simd_blocked(f, spec, info, resolve(tunables, spec, info));
@@ -180,8 +181,10 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
       schedule_linear_cuda(f, info, resolve(tunables, info));
       return;
     case Isa::kAvx512:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx2:
     case Isa::kNeon:
+    case Isa::kNeonFp16:
     case Isa::kSse41:
       schedule_linear_simd(f, info, resolve(tunables, info));
       return;
@@ -236,8 +239,10 @@ void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target
       schedule_decode_cuda(f, spec, info);
       return;
     case Isa::kAvx512:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx2:
     case Isa::kNeon:
+    case Isa::kNeonFp16:
     case Isa::kSse41:
       schedule_decode_simd(f, spec, info, tunables);
       return;

@@ -8,14 +8,17 @@ TargetInfo target_info(const Halide::Target& t) {
   Isa isa = Isa::kGeneric;
   if (t.has_gpu_feature()) {
     isa = Isa::kCuda;
+  } else if (t.arch == T::X86 && t.has_feature(T::AVX512_SapphireRapids)) {
+    isa = Isa::kAvx512Bf16;
   } else if (t.arch == T::X86 &&
-             (t.has_feature(T::AVX512_Skylake) || t.has_feature(T::AVX512_Cannonlake) ||
-              t.has_feature(T::AVX512_SapphireRapids))) {
+             (t.has_feature(T::AVX512_Skylake) || t.has_feature(T::AVX512_Cannonlake))) {
     isa = Isa::kAvx512;
   } else if (t.arch == T::X86 && t.has_feature(T::AVX2) && t.has_feature(T::FMA)) {
     isa = Isa::kAvx2;
   } else if (t.arch == T::X86 && t.has_feature(T::SSE41)) {
     isa = Isa::kSse41;
+  } else if (t.arch == T::ARM && t.bits == 64 && t.has_feature(T::ARMFp16)) {
+    isa = Isa::kNeonFp16;
   } else if (t.arch == T::ARM && t.bits == 64) {
     isa = Isa::kNeon;
   }

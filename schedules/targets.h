@@ -9,7 +9,7 @@
 
 namespace attngen {
 
-enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kNeon, kCuda };
+enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kAvx512Bf16, kNeon, kNeonFp16, kCuda };
 
 struct TargetRow {
   Isa isa;
@@ -34,6 +34,11 @@ struct TargetRow {
   // An instruction pattern (CMake regex) the generated assembly must contain, proof that the
   // schedule vectorised for this ISA (tests/check_asm.cmake); "" for none.
   const char* asm_signature;
+  // An extension row: the ISA whose kernels it adds to (its own are for `dtypes` only, and
+  // attngen_set_isa() of it also admits the base's kernels), "" for a base ISA.
+  const char* extends = "";
+  // The element types (DTYPE) this row builds kernels for, space separated; "" for all.
+  const char* dtypes = "";
 };
 
 #define ATTNGEN_X86_64 "x86-64-linux"
@@ -45,9 +50,22 @@ inline constexpr TargetRow kTargets[] = {
      16, 12, "avx2 fma", 2, "vfmadd[0-9]+ps[^\n]*ymm"},
     {Isa::kNeon, "neon", "aarch64", "arm-64-linux", "arm-64-linux", 16, 32, 24, "aarch64", 3,
      "fmla[^\n]*v[0-9]+\\.4s"},
+    // f16 kernels with ARMv8.2-A half-precision arithmetic (fmla on .8h vectors).
+    {Isa::kNeonFp16, "neonfp16", "aarch64", "arm-64-linux-arm_fp16", "arm-64-linux", 16, 32, 24,
+     "aarch64 asimdhp", 6, "fmla[^\n]*v[0-9]+\\.8h", "neon", "f16"},
     {Isa::kAvx512, "avx512", "x86_64",
      ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake", ATTNGEN_X86_64, 64, 32, 24,
      "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma", 4, "vfmadd[0-9]+ps[^\n]*zmm"},
+    // bf16 kernels whose products are AVX512-BF16 dot products (vdpbf16ps: pairs of bf16
+    // products summed into f32). Halide names the feature after Sapphire Rapids, whose LLVM CPU
+    // it targets: the CPU check also asks for the Cannon Lake features that target implies.
+    {Isa::kAvx512Bf16, "avx512bf16", "x86_64",
+     ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-"
+                    "avx512_sapphirerapids",
+     ATTNGEN_X86_64, 64, 32, 24,
+     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma avx512ifma avx512vbmi avx512vnni "
+     "avx512bf16",
+     5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16"},
     // Host code for any x86-64; PTX for sm_80, which the driver JIT-compiles for newer GPUs.
     {Isa::kCuda, "cuda", "x86_64", ATTNGEN_X86_64 "-cuda-cuda_capability_80",
      ATTNGEN_X86_64 "-cuda", 4, 255, 64, "cuda", -1, ""},
@@ -75,6 +93,17 @@ inline const TargetRow& target_row(Isa isa) {
 // packed per head (bench/RESULTS.md, "Measurements behind the code's choices").
 // bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
 inline constexpr long long kLongKeys = 4096;
+
+// Whether a row builds kernels of element type `dtype` ("f32"; its `dtypes`).
+inline bool row_builds(const TargetRow& t, const char* dtype) {
+  const char* d = t.dtypes;
+  const size_t n = std::strlen(dtype);
+  if (*d == '\0') return true;
+  for (const char* at = std::strstr(d, dtype); at != nullptr; at = std::strstr(at + 1, dtype)) {
+    if ((at == d || at[-1] == ' ') && (at[n] == '\0' || at[n] == ' ')) return true;
+  }
+  return false;
+}
 
 // Lanes of one native vector of elements of `element_bytes` bytes.
 inline int lanes_of(const TargetRow& t, int element_bytes) {

@@ -87,6 +87,14 @@ int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {
   return no_extra_output + ((k.requested_key_block > 0) == (q.seq_kv > kLongKeys) ? 1 : 0);
 }
 
+// Whether attngen_set_isa(forced) admits kernels of `isa`: its own, and those of the base ISA an
+// extension row (avx512bf16, neonfp16) extends.
+bool admitted(const char* isa, const char* forced) {
+  if (!std::strcmp(isa, forced)) return true;
+  const attngen::TargetRow* row = row_of(forced);
+  return row != nullptr && !std::strcmp(row->extends, isa);
+}
+
 // Higher is preferred when several kernels fit (the target table's preference).
 int isa_rank(const char* isa) {
   const attngen::TargetRow* t = row_of(isa);
@@ -279,7 +287,7 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
       if (other_dtypes == nullptr) other_dtypes = k;
       continue;
     }
-    if (forced != nullptr ? std::strcmp(k->isa, forced) != 0 : isa_rank(k->isa) < 0) {
+    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(k->isa) < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
     if (!attngen_kernel_supported(k)) {
@@ -362,7 +370,9 @@ const char* attngen_isa(void) {
   if (forced != nullptr) return forced;
   const attngen::TargetRow* best = nullptr;
   for (const attngen::TargetRow& t : attngen::kTargets) {
-    if (t.preference >= 0 && (best == nullptr || t.preference > best->preference) &&
+    // Extension rows add kernels of some dtypes to their base ISA, which this names.
+    if (t.preference >= 0 && *t.extends == '\0' &&
+        (best == nullptr || t.preference > best->preference) &&
         attngen::rt::cpu_has(t.name)) {
       best = &t;
     }
