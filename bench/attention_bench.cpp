@@ -45,6 +45,30 @@ std::vector<float> random_vector(size_t n, uint64_t seed) {
   return v;
 }
 
+// Random values in [-1, 1) stored as `dtype` (F32, F16 or BF16; 16-bit values rounded toward
+// zero, enough for timing): the bytes of a tensor of n elements.
+std::vector<uint8_t> random_tensor(size_t n, attngen_dtype dtype, uint64_t seed) {
+  const std::vector<float> f = random_vector(n, seed);
+  const size_t size = dtype == ATTNGEN_F32 ? 4 : 2;
+  std::vector<uint8_t> bytes(n * size);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &f[i], 4);
+    uint16_t half = static_cast<uint16_t>(bits >> 16);  // bf16
+    if (dtype == ATTNGEN_F16) {                         // |x| < 1: normal or flushed to zero
+      const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+      half = static_cast<uint16_t>(((bits >> 16) & 0x8000) |
+                                   (exponent > 0 ? (exponent << 10) | ((bits >> 13) & 0x3ff) : 0));
+    }
+    if (size == 4) {
+      std::memcpy(&bytes[i * 4], &f[i], 4);
+    } else {
+      std::memcpy(&bytes[i * 2], &half, 2);
+    }
+  }
+  return bytes;
+}
+
 void set_gflops(benchmark::State& state, double flops) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
@@ -78,13 +102,17 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
   const int64_t B = shape.b, H = shape.h, S = shape.s;
   const int64_t Dqk = generic_call.on ? 64 : kernel->head_dim_qk;
   const int64_t Dv = generic_call.on ? 64 : kernel->head_dim_v;
-  std::vector<float> q = random_vector(B * S * H * Dqk, 1), k = random_vector(B * S * H * Dqk, 2);
-  std::vector<float> v = random_vector(B * S * H * Dv, 3), o(B * S * H * Dv);
+  // In the kernel's dtypes (f32, or f16/bf16 inputs with an f16/bf16 or f32 output).
+  const attngen_kernel_dtypes& dt = kernel->dtypes;
+  std::vector<uint8_t> q = random_tensor(B * S * H * Dqk, dt.q, 1);
+  std::vector<uint8_t> k = random_tensor(B * S * H * Dqk, dt.k, 2);
+  std::vector<uint8_t> v = random_tensor(B * S * H * Dv, dt.v, 3);
+  std::vector<uint8_t> o = random_tensor(B * S * H * Dv, dt.out, 4);
   const int64_t qs[] = {B, S, H, Dqk}, vs[] = {B, S, H, Dv};
-  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
-  attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, qs);
-  attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, vs);
-  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, vs);
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), dt.q, 4, qs);
+  attngen_tensor tk = attngen_tensor_contiguous(k.data(), dt.k, 4, qs);
+  attngen_tensor tv = attngen_tensor_contiguous(v.data(), dt.v, 4, vs);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), dt.out, 4, vs);
   attngen_attention_options opt = attngen_attention_options_default();
   opt.kernel = kernel->name;
   opt.mask = kernel->mask;

@@ -1,5 +1,6 @@
 #include "generator/attention_algorithm.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace attngen {
@@ -139,6 +140,17 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
         select(d < in.dqk, in.q(dq, h, clamp(i, 0, in.seq_q - 1), b), 0.0f) * in.scale;
     f.k(d, j, h, b) = select(d < in.dqk, in.k(dq, hk, kj, b), 0.0f);
     f.v(d, j, h, b) = select(d < in.dv, in.v(dv, hk, kj, b), 0.0f);
+  } else if (spec.bf16_pairs) {
+    // q's bf16 values as they are (scaling q would round it again); k and v as f32 (in.k and
+    // in.v convert), packed in pairs back in bf16, which is exact.
+    f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b);
+    f.k(d, j, h, b) = in.k(d, hk, kj, b);
+    f.v(d, j, h, b) = in.v(d, hk, kj, b);
+    Var l("l"), rr("rr"), jj("jj");
+    f.k_pairs = Func("k_pairs");
+    f.k_pairs(l, j, rr, h, b) = cast(BFloat(16), f.k(2 * rr + l, j, h, b));
+    f.v_pairs = Func("v_pairs");
+    f.v_pairs(l, d, jj, h, b) = cast(BFloat(16), f.v(d, 2 * jj + l, h, b));
   } else {
     f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
     f.k(d, j, h, b) = in.k(d, hk, kj, b);
@@ -147,9 +159,14 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   f.dot = Func("dot");
   f.dot(j, i, h, b) = 0.0f;
-  f.dot(j, i, h, b) += f.q(rd, h, i, b) * f.k(rd, j, h, b);
+  if (spec.bf16_pairs) {
+    f.dot(j, i, h, b) +=
+        cast<float>(f.q(rd, h, i, b)) * cast<float>(f.k_pairs(rd % 2, j, rd / 2, h, b));
+  } else {
+    f.dot(j, i, h, b) += f.q(rd, h, i, b) * f.k(rd, j, h, b);
+  }
 
-  Expr s = f.dot(j, i, h, b);
+  Expr s = spec.bf16_pairs ? f.dot(j, i, h, b) * in.scale : f.dot(j, i, h, b);
   if (spec.softcap) {
     s = in.softcap * tanh(s / in.softcap);
   } else if (spec.generic) {
@@ -235,11 +252,15 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.rj_pv = RDom(0, chunk, 0, chunks, "rj_pv");
     const RDom& rp = f.rj_pv;
     f.rj_pv.where(in.bottom_right || rp.y <= last_chunk);
-    f.rj_pv.where(in.bottom_right || rp.y * chunk + rp.x <= first_row + (qi / g) * g + (g - 1));
+    if (!spec.bf16_pairs) {  // (a bound on single keys would split the pairs)
+      f.rj_pv.where(in.bottom_right || rp.y * chunk + rp.x <= first_row + (qi / g) * g + (g - 1));
+    }
     key_pv = select(in.bottom_right, rp.y, min(rp.y, last_chunk)) * chunk + rp.x;
     f.pv_loops = {rp.x, rp.y};
   } else {
-    f.rj = RDom(0, in.seq_kv, "rj");
+    // (Keys past Skv, up to a multiple of key_multiple, have masked scores: probability 0.)
+    const int m = std::max(1, spec.key_multiple);
+    f.rj = RDom(0, m == 1 ? in.seq_kv : (in.seq_kv + m - 1) / m * m, "rj");
     key = rj;
     f.rj_loops = {rj};
     f.rj_pv = f.rj;
@@ -260,11 +281,24 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   f.row_sum = Func("row_sum");
   f.row_sum(qi, qt, h, b) = 0.0f;
-  f.row_sum(qi, qt, h, b) += f.probs(key, row, h, b);
+  if (spec.bf16_pairs) {
+    // P rounded to bf16 once, for P.V and for the row sum alike (the normalisation then matches
+    // the weights P.V used).
+    f.probs_bf16 = Func("probs_bf16");
+    f.probs_bf16(j, i, h, b) = cast(BFloat(16), f.probs(j, i, h, b));
+    f.row_sum(qi, qt, h, b) += cast<float>(f.probs_bf16(key, row, h, b));
+  } else {
+    f.row_sum(qi, qt, h, b) += f.probs(key, row, h, b);
+  }
 
   f.acc = Func("acc");
   f.acc(d, qi, qt, h, b) = 0.0f;
-  f.acc(d, qi, qt, h, b) += f.probs(key_pv, row, h, b) * f.v(d, key_pv, h, b);
+  if (spec.bf16_pairs) {
+    f.acc(d, qi, qt, h, b) += cast<float>(f.probs_bf16(key_pv, row, h, b)) *
+                              cast<float>(f.v_pairs(key_pv % 2, d, key_pv / 2, h, b));
+  } else {
+    f.acc(d, qi, qt, h, b) += f.probs(key_pv, row, h, b) * f.v(d, key_pv, h, b);
+  }
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);
   f.out = Func("attention");

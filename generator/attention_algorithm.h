@@ -25,6 +25,7 @@ struct AttentionSpec {
   // AttentionInputs::dqk / dv, padded with zeros up to these), and the causal mask, the mask
   // tensor and the soft cap are run-time inputs (mask, softcap and mask_tensor above unused).
   bool generic = false;
+  bool bf16 = false;     // q, k and v are bf16 (their conversion is the generator's)
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
@@ -39,6 +40,14 @@ struct AttentionSpec {
   // no row of the tile attends). Schedules compute the row statistics (row form) or the state
   // (key-block form) one tile at a time: it is their query tile.
   int query_tile = 64;
+  // Products in pairs of bf16 (the schedule's choice, for AVX512-BF16's vdpbf16ps: each f32 lane
+  // adds two bf16 products). q is read as bf16 (AttentionInputs::q is the bf16 input, k and v
+  // its f32 conversion) and the scale multiplies the dot product instead of q; K and V are
+  // read through pair-packed bf16 copies (k_pairs, v_pairs); P is rounded to bf16 for P.V
+  // (docs/semantics.md, "Precision"). The row form only, even head dims; keys are taken in
+  // multiples of key_multiple (scores past Skv are masked).
+  bool bf16_pairs = false;
+  int key_multiple = 1;
 };
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
@@ -64,10 +73,13 @@ struct AttentionFuncs {
   std::vector<Halide::RVar> rj_loops;  // rj's loops, innermost first
   Halide::RDom rj_pv;                  // the keys of acc: rj, and causal: up to the row group
   std::vector<Halide::RVar> pv_loops;  // rj_pv's loops, innermost first
-  Halide::Func q;       // (d, h, i, b) q times the scale, query index clamped (tiles round up)
-  Halide::Func k;       // (d, j, h, b) the kv head of query head h, key index clamped
-  Halide::Func v;       // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
-  Halide::Func dot;     // (j, i, h, b) raw q.k
+  Halide::Func q;    // (d, h, i, b) q times the scale, query index clamped (tiles round up)
+  Halide::Func k;    // (d, j, h, b) the kv head of query head h, key index clamped
+  Halide::Func v;    // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
+  Halide::Func dot;  // (j, i, h, b) raw q.k
+  // spec.bf16_pairs: K as (l, j, rr, h, b) = k(2 rr + l, j, h, b), V as (l, d, jj, h, b) =
+  // v(d, 2 jj + l, h, b), and P rounded to bf16 (j, i, h, b).
+  Halide::Func k_pairs, v_pairs, probs_bf16;
   Halide::Func scores;  // (j, i, h, b) scaled, capped, masked (kMaskedScore where not attended)
   // Whole rows (spec.key_block == 0):
   Halide::Func row_max;  // (qi, qt, h, b)

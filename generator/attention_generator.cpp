@@ -80,8 +80,9 @@ class Attention : public Generator<Attention> {
 
     // The algorithm computes in f32: other element types convert where Q, K and V are read
     // (and K/V staged), the output where it is written.
+    // (The bf16 pair products of AVX512-BF16 read q's bf16 values themselves.)
     attngen::AttentionInputs in;
-    in.q = attngen::as_f32(*q);
+    in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q);
     in.k = attngen::as_f32(*k);
     in.v = attngen::as_f32(*v);
     in.kv_len = *kv_len;
@@ -167,10 +168,16 @@ class Attention : public Generator<Attention> {
       fs.lse = *lse;
     }
     attngen::schedule_attention(fs, spec, get_target(), get_auto_schedule(), tunables);
+    bf16_pairs_ = spec.bf16_pairs && !get_auto_schedule();
+  }
+
+  void schedule() {
+    if (bf16_pairs_) get_pipeline().add_custom_lowering_pass(attngen::bf16_pair_dots_pass());
   }
 
  private:
   attngen::KernelVariant v_;
+  bool bf16_pairs_ = false;
 };
 
 }  // namespace

@@ -59,6 +59,7 @@ AttentionSpec attention_spec(const KernelVariant& v) {
   spec.weights = v.weights;
   spec.lse = v.lse;
   spec.generic = v.generic;
+  spec.bf16 = v.dtype == DType::kBF16;
   spec.key_block = v.key_block;
   for (const Tunable& t : v.tunables) {
     if (t.name == "key_block") spec.key_block = t.value;  // a tuned form

@@ -332,10 +332,11 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
     } else if (key == "ISA") {
       v->isa = value;
     } else {
-      return fail("unknown word " + key +
-                  " (OP DTYPE KV_DTYPE OUT_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
-                  "WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
-                  "GENERIC KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
+      return fail(
+          "unknown word " + key +
+          " (OP DTYPE KV_DTYPE OUT_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
+          "WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
+          "GENERIC KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
     }
     if (!ok) return fail(key + " " + value + " is not a valid number");
   }

@@ -109,6 +109,12 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
                                std::to_string(spec.key_block) + ") and of the query tile (" +
                                std::to_string(t.query_tile) + ") of this target");
   }
+  // AVX512-BF16: bf16 products in pairs (vdpbf16ps) for the row form of the specialised
+  // kernels; the keys are taken in whole vectors (scores past Skv masked).
+  const TargetInfo info = target_info(target);
+  spec.bf16_pairs = info.isa == Isa::kAvx512Bf16 && spec.bf16 && spec.key_block == 0 &&
+                    !spec.generic && spec.head_dim_qk % 2 == 0 && t.pv_chunk % 2 == 0;
+  if (spec.bf16_pairs) spec.key_multiple = info.f32_lanes;
   return fix_units(spec, t);
 }
 
@@ -157,7 +163,9 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
     case Isa::kNeon:
     case Isa::kNeonFp16:
     case Isa::kSse41:
-      if (spec.key_block > 0) {
+      if (spec.bf16_pairs) {
+        schedule_attention_bf16_pairs(f, spec, info, resolve(tunables, spec, info));
+      } else if (spec.key_block > 0) {
         schedule_attention_simd_blocked(f, spec, info, resolve(tunables, spec, info));
       } else {
         schedule_attention_simd(f, spec, info, resolve(tunables, spec, info));

@@ -45,6 +45,14 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t);
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
+// The row form with bf16 products in pairs (AttentionSpec::bf16_pairs), AVX512-BF16.
+void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
+                                   const TargetInfo& info, const AttentionTunables& t);
+// Halide 14 has no instruction selection for vdpbf16ps: this lowering pass rewrites the
+// pair products the bf16 schedule vectorises (acc + the sum of adjacent lanes of f32(bf16) *
+// f32(bf16), 32 lanes into 16) into calls of its runtime's dpbf16ps wrapper. Add it to the
+// pipeline of a kernel whose spec has bf16_pairs; returns the pass (owned by the pipeline).
+Halide::Internal::IRMutator* bf16_pair_dots_pass();
 void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
                                      const TargetInfo& info, const AttentionTunables& t);
 void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
