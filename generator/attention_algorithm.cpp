@@ -91,11 +91,16 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   }
   f.rb.where(visit);
 
-  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b});
+  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b},
+                                                     spec.half_pv_chunk);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
+  f.probs_half = stats.probs_half;
+  f.block_pv_half = stats.block_pv_half;
+  f.rx = stats.rx;
+  f.rh = stats.rh;
 
   f.state = Func("state");
   f.state(d, qi, qt, h, b) = initial_softmax_state();
@@ -143,6 +148,16 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
     f.k(d, j, h, b) = in.k(d, hk, kj, b);
     f.v(d, j, h, b) = in.v(d, hk, kj, b);
+  }
+  if (spec.half_pv_chunk > 0) {
+    // V as f16 for the half-precision P.V: f16 inputs as stored (the cast of their f32 value
+    // folds away), staged as f16 where a schedule stages V.
+    if (spec.key_block <= 0) {
+      throw CompileError("attngen: half-precision P.V needs the key-block form (key_block > 0)");
+    }
+    Func v32 = f.v;
+    f.v = Func("v_tile_half");
+    f.v(d, j, h, b) = cast(Float(16), v32(d, j, h, b));
   }
 
   f.dot = Func("dot");

@@ -69,7 +69,7 @@ class Mha : public Generator<Mha> {
         attngen::as_f32(*x), attngen::as_f32(*in_w), attngen::as_f32(*in_b), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
-    attngen::AttentionSpec spec = attngen::attention_spec(v);
+    attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
     const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");

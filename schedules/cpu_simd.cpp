@@ -205,13 +205,17 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   Func pv = f.block_pv;
   pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   if (spec.generic) pv.bound(d, 0, spec.head_dim_v);
-  pv.update()
+  if (spec.half_pv_chunk > 0) {
+    schedule_half_pv(f, spec, info, t);  // schedules/neon_fp16.cpp
+  } else {
+    pv.update()
       .split(i, ro, ri, t.pv_rows)
       .split(d, vo, vi, dv_lanes, dv_tail)
       .reorder(vi, vo, ri, f.rk, ro)
       .vectorize(vi)
       .unroll(vo)
       .unroll(ri);
+  }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
   if (spec.generic) f.scores.specialize(f.plain);
