@@ -110,6 +110,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 struct LinearShape {
   Halide::Expr in_features, out_features, rows;  // E, N and the extent of s
   int panel = 1;  // output features per weight panel (plan_linear(): the schedule's choice)
+  // Half-precision products (0: all in f32): x and w rounded to f16 (f16 kernels: as stored),
+  // their products summed in f16 over this many input features at a time (fmla on .8h vectors
+  // with ARMv8.2-A FP16), those partial sums added in f32. Set by generator/plan.cpp for f16
+  // kernels of targets with half-precision arithmetic (neonfp16): 16 features per partial sum
+  // give a relative error of 6e-4 (simulated against float64, E 64-768, inputs in [-1, 1]), 8x
+  // within the f16 tolerance (docs/semantics.md).
+  int half_chunk = 0;
 };
 
 struct LinearFuncs {
@@ -120,6 +127,10 @@ struct LinearFuncs {
   Halide::Func w;         // (e, n) weights, clamped along n
   Halide::Func w_panels;  // (pi, e, po) = w(e, po * panel + pi): what the product reads
   Halide::Func sum;       // (n, s, b) bias + x.w
+  // shape.half_chunk > 0: x and w_panels are f16 (0 past the input features), and sum adds
+  // over rh the f32 value of sum_half (n, chunk, s, b), the f16 sum over rx of x * w_panels.
+  Halide::Func sum_half;
+  Halide::RDom rx, rh;
   Halide::Func out;       // (n, s, b)
 };
 

@@ -83,6 +83,10 @@ AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& targe
   return spec;
 }
 
+int linear_half_chunk(const KernelVariant& v, const Halide::Target& target) {
+  return v.dtype == DType::kF16 && target_info(target).isa == Isa::kNeonFp16 ? kHalfPvChunk : 0;
+}
+
 AttentionTunables attention_tunables(const KernelVariant& v) {
   AttentionTunables t;
   t.query_tile = v.query_tile;
@@ -145,6 +149,7 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
         r.key_chunk = spec.key_block > 0 ? spec.key_block : spec.key_chunk;
       }
       LinearShape shape;
+      shape.half_chunk = linear_half_chunk(v, target);
       const LinearTunables t = plan_linear(shape, linear_tunables(v), target, false);
       add("n_vectors", t.n_vectors);
       add("rows", t.rows);
