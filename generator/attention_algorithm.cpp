@@ -91,8 +91,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   }
   f.rb.where(visit);
 
-  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b},
-                                                     spec.half_pv_chunk);
+  const KeyBlockStats stats =
+      define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b}, spec.half_pv_chunk);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
@@ -326,7 +326,8 @@ LinearFuncs define_linear(const Func& x, const Func& w, const Func& bias, const 
     Expr feature = ch * c + f.rx;
     f.sum_half = Func(name + "_sum_half");
     f.sum_half(n, ch, s, b) = cast(f16, 0.0f);
-    f.sum_half(n, ch, s, b) += f.x(feature, s, b) * f.w_panels(n % shape.panel, feature, n / shape.panel);
+    f.sum_half(n, ch, s, b) +=
+        f.x(feature, s, b) * f.w_panels(n % shape.panel, feature, n / shape.panel);
     f.sum(n, s, b) += cast<float>(f.sum_half(n, f.rh, s, b));
   }
   f.out = Func(name);

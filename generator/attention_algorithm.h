@@ -96,12 +96,12 @@ struct AttentionFuncs {
   // the f16 sum over rx of probs_half (probs in f16) times v (f16); generator/online_softmax.h.
   Halide::Func probs_half, block_pv_half;
   Halide::RDom rx, rh;
-  Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
-  Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
-  Halide::Expr top_left;   // the call aligns query i with key i (offset 0): worth specialising
-  Halide::Expr plain;      // generic: a call without mask tensor or soft cap, worth specialising
-  Halide::Func weights;    // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
-  Halide::Func lse;        // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
+  Halide::Func state;     // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
+  Halide::Func out;       // (d, h, i, b) normalised output, 0 for fully masked rows
+  Halide::Expr top_left;  // the call aligns query i with key i (offset 0): worth specialising
+  Halide::Expr plain;     // generic: a call without mask tensor or soft cap, worth specialising
+  Halide::Func weights;   // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
+  Halide::Func lse;       // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);
@@ -131,7 +131,7 @@ struct LinearFuncs {
   // over rh the f32 value of sum_half (n, chunk, s, b), the f16 sum over rx of x * w_panels.
   Halide::Func sum_half;
   Halide::RDom rx, rh;
-  Halide::Func out;       // (n, s, b)
+  Halide::Func out;  // (n, s, b)
 };
 
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,

@@ -75,8 +75,7 @@ AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& targe
   }
   // f16 kernels on a target with half-precision arithmetic (neonfp16): P.V in f16, which the
   // key-block form takes (the inspection kernels keep whole rows, in f32).
-  if (v.dtype == DType::kF16 && target_info(target).isa == Isa::kNeonFp16 && !v.weights &&
-      !v.lse) {
+  if (v.dtype == DType::kF16 && target_info(target).isa == Isa::kNeonFp16 && !v.weights && !v.lse) {
     spec.half_pv_chunk = kHalfPvChunk;
     if (spec.key_block == 0) spec.key_block = kHalfPvKeyBlock;
   }

@@ -209,12 +209,12 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
     schedule_half_pv(f, spec, info, t);  // schedules/neon_fp16.cpp
   } else {
     pv.update()
-      .split(i, ro, ri, t.pv_rows)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, f.rk, ro)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(ri);
+        .split(i, ro, ri, t.pv_rows)
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .reorder(vi, vo, ri, f.rk, ro)
+        .vectorize(vi)
+        .unroll(vo)
+        .unroll(ri);
   }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
@@ -276,12 +276,7 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
     Func h = f.sum_half;
     h.compute_at(sum, rei).bound_extent(s, t.rows);
     h.split(n, vo, vi, lanes).reorder(vi, vo, s).vectorize(vi).unroll(vo).unroll(s);
-    h.update()
-        .split(n, vo, vi, lanes)
-        .reorder(vi, vo, s, f.rx)
-        .vectorize(vi)
-        .unroll(vo)
-        .unroll(s);
+    h.update().split(n, vo, vi, lanes).reorder(vi, vo, s, f.rx).vectorize(vi).unroll(vo).unroll(s);
   }
 
   // The rows of a row block, staged once per block (it is reused by every n tile): the inner

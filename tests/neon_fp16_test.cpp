@@ -48,7 +48,7 @@ uint16_t float_to_half(float f) {
   const float a = std::fabs(f);
   if (a == 0.0f) return sign;
   int e;
-  std::frexp(a, &e);                 // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);                        // a = m * 2^e, m in [0.5, 1)
   const int shift = std::max(e - 11, -24);  // the f16 ulp at a: 2^(e-11), subnormals 2^-24
   const float units = std::nearbyint(std::ldexp(a, -shift));  // ties to even
   const double rounded = std::ldexp(static_cast<double>(units), shift);
@@ -200,9 +200,16 @@ TEST_F(NeonFp16, DispatchFollowsTheCpu) {
 #else
   const bool fp16 = cpu_feature("asimdhp");
   std::mt19937_64 rng(std::random_device{}());
-  Shape s{1, 9, 40, 2, 1, 64, 64, true, ATTNGEN_F16,
-          fp16 ? "attn_f16_d64_causal__aarch64_neonfp16"
-               : "attn_f16_d64_causal__aarch64_neon"};
+  Shape s{1,
+          9,
+          40,
+          2,
+          1,
+          64,
+          64,
+          true,
+          ATTNGEN_F16,
+          fp16 ? "attn_f16_d64_causal__aarch64_neonfp16" : "attn_f16_d64_causal__aarch64_neon"};
   run_and_check(s, rng);
   if (!fp16) {
     EXPECT_EQ(attngen_set_isa("neonfp16"), ATTNGEN_ERROR_UNSUPPORTED_TARGET)
