@@ -92,11 +92,16 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   }
   f.rb.where(visit);
 
-  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b});
+  const KeyBlockStats stats =
+      define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b}, spec.half_pv_chunk);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
+  f.probs_half = stats.probs_half;
+  f.block_pv_half = stats.block_pv_half;
+  f.rx = stats.rx;
+  f.rh = stats.rh;
 
   f.state = Func("state");
   f.state(d, qi, qt, h, b) = initial_softmax_state();
@@ -155,6 +160,16 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
     f.k(d, j, h, b) = in.k(d, hk, kj, b);
     f.v(d, j, h, b) = in.v(d, hk, kj, b);
+  }
+  if (spec.half_pv_chunk > 0) {
+    // V as f16 for the half-precision P.V: f16 inputs as stored (the cast of their f32 value
+    // folds away), staged as f16 where a schedule stages V.
+    if (spec.key_block <= 0) {
+      throw CompileError("attngen: half-precision P.V needs the key-block form (key_block > 0)");
+    }
+    Func v32 = f.v;
+    f.v = Func("v_tile_half");
+    f.v(d, j, h, b) = cast(Float(16), v32(d, j, h, b));
   }
 
   f.dot = Func("dot");
@@ -324,7 +339,31 @@ LinearFuncs define_linear(const Func& x, const Func& w, const Func& bias, const 
   f.w_panels(f.pi, e, f.po) = f.w(e, f.po * shape.panel + f.pi);
   f.sum = Func(name + "_sum");
   f.sum(n, s, b) = bias(nc);
-  f.sum(n, s, b) += f.x(f.re, s, b) * f.w_panels(n % shape.panel, f.re, n / shape.panel);
+  if (shape.half_chunk <= 0) {
+    f.sum(n, s, b) += f.x(f.re, s, b) * f.w_panels(n % shape.panel, f.re, n / shape.panel);
+  } else {
+    // Half-precision products over chunks of half_chunk input features, the last chunk padded
+    // with zeros (both operands, so padding never meets a non-finite value).
+    const int c = shape.half_chunk;
+    const Type f16 = Float(16);
+    Expr ec = min(e, shape.in_features - 1), inside = e < shape.in_features;
+    Func x32 = f.x, w32 = f.w;
+    f.x = Func(name + "_x_half");
+    f.x(e, s, b) = select(inside, cast(f16, x32(ec, s, b)), cast(f16, 0.0f));
+    f.w = Func(name + "_w_half");
+    f.w(e, n) = select(inside, cast(f16, w32(ec, n)), cast(f16, 0.0f));
+    f.w_panels = Func(name + "_w_panels_half");
+    f.w_panels(f.pi, e, f.po) = f.w(e, f.po * shape.panel + f.pi);
+    f.rx = RDom(0, c, name + "_rx");
+    f.rh = RDom(0, (shape.in_features + c - 1) / c, name + "_rh");
+    Var ch("ch");
+    Expr feature = ch * c + f.rx;
+    f.sum_half = Func(name + "_sum_half");
+    f.sum_half(n, ch, s, b) = cast(f16, 0.0f);
+    f.sum_half(n, ch, s, b) +=
+        f.x(feature, s, b) * f.w_panels(n % shape.panel, feature, n / shape.panel);
+    f.sum(n, s, b) += cast<float>(f.sum_half(n, f.rh, s, b));
+  }
   f.out = Func(name);
   f.out(n, s, b) = f.sum(n, s, b);
   return f;

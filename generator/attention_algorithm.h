@@ -48,6 +48,18 @@ struct AttentionSpec {
   // multiples of key_multiple (scores past Skv are masked).
   bool bf16_pairs = false;
   int key_multiple = 1;
+  // Half-precision P.V (key-block form only; 0: all in f32). The probs of a key block are rounded
+  // to f16 and V read as f16 (f16 kernels: as stored); their products are summed in f16 over
+  // this many keys at a time (fmla on .8h vectors with ARMv8.2-A FP16), and those partial sums
+  // are added in f32 to the block's product. Set by generator/plan.cpp for f16 kernels of
+  // targets with half-precision arithmetic (neonfp16). Why it stays within the f16 tolerance:
+  // each prob is in [0, 1] (relative to the block max), so rounding it costs at most 2^-11 of
+  // its weight, unbiased, like rounding the score by 2^-11 whatever the score's magnitude; and a
+  // sum of at most this many terms of at most max|V| each rounds with at most a few 2^-11 of it,
+  // before the f32 sums take over. The q.k scores stay in f32: their error in f16 would grow
+  // with the scores' magnitude (measured 1.5e-3 at score sd 4 with 8-term f16 sums, 6e-3 at
+  // 64), where P.V's does not (docs/semantics.md, "Precision").
+  int half_pv_chunk = 0;
 };
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
@@ -92,12 +104,16 @@ struct AttentionFuncs {
   Halide::Func block_max;  // (kb, i, h, b)
   Halide::Func block_sum;  // (kb, i, h, b)
   Halide::Func block_pv;   // (d, kb, i, h, b) sum over the block of probs * v
-  Halide::Func state;      // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
-  Halide::Func out;        // (d, h, i, b) normalised output, 0 for fully masked rows
-  Halide::Expr top_left;   // the call aligns query i with key i (offset 0): worth specialising
-  Halide::Expr plain;      // generic: a call without mask tensor or soft cap, worth specialising
-  Halide::Func weights;    // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
-  Halide::Func lse;        // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
+  // spec.half_pv_chunk > 0: block_pv is the f32 sum over rh of block_pv_half (d, c, kb, i, h, b),
+  // the f16 sum over rx of probs_half (probs in f16) times v (f16); generator/online_softmax.h.
+  Halide::Func probs_half, block_pv_half;
+  Halide::RDom rx, rh;
+  Halide::Func state;     // (d, qi, qt, h, b) Tuple(acc, running max, running sum) after block rb
+  Halide::Func out;       // (d, h, i, b) normalised output, 0 for fully masked rows
+  Halide::Expr top_left;  // the call aligns query i with key i (offset 0): worth specialising
+  Halide::Expr plain;     // generic: a call without mask tensor or soft cap, worth specialising
+  Halide::Func weights;   // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
+  Halide::Func lse;       // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);
@@ -106,6 +122,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 struct LinearShape {
   Halide::Expr in_features, out_features, rows;  // E, N and the extent of s
   int panel = 1;  // output features per weight panel (plan_linear(): the schedule's choice)
+  // Half-precision products (0: all in f32): x and w rounded to f16 (f16 kernels: as stored),
+  // their products summed in f16 over this many input features at a time (fmla on .8h vectors
+  // with ARMv8.2-A FP16), those partial sums added in f32. Set by generator/plan.cpp for f16
+  // kernels of targets with half-precision arithmetic (neonfp16): 16 features per partial sum
+  // give a relative error of 6e-4 (simulated against float64, E 64-768, inputs in [-1, 1]), 8x
+  // within the f16 tolerance (docs/semantics.md).
+  int half_chunk = 0;
 };
 
 struct LinearFuncs {
@@ -116,7 +139,11 @@ struct LinearFuncs {
   Halide::Func w;         // (e, n) weights, clamped along n
   Halide::Func w_panels;  // (pi, e, po) = w(e, po * panel + pi): what the product reads
   Halide::Func sum;       // (n, s, b) bias + x.w
-  Halide::Func out;       // (n, s, b)
+  // shape.half_chunk > 0: x and w_panels are f16 (0 past the input features), and sum adds
+  // over rh the f32 value of sum_half (n, chunk, s, b), the f16 sum over rx of x * w_panels.
+  Halide::Func sum_half;
+  Halide::RDom rx, rh;
+  Halide::Func out;  // (n, s, b)
 };
 
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,

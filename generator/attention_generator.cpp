@@ -74,7 +74,7 @@ class Attention : public Generator<Attention> {
   }
 
   void generate() {
-    attngen::AttentionSpec spec = attngen::attention_spec(v_);
+    attngen::AttentionSpec spec = attngen::attention_spec(v_, get_target());
     const attngen::AttentionTunables tunables =
         attngen::plan_attention(spec, attngen::attention_tunables(v_), get_target());
 

@@ -32,6 +32,7 @@ class Linear : public Generator<Linear> {
   void generate() {
     const attngen::LinearTunables requested = attngen::linear_tunables(v_);
     attngen::LinearShape shape{x->dim(0).extent(), w->dim(1).extent(), x->dim(1).extent()};
+    shape.half_chunk = attngen::linear_half_chunk(v_, get_target());
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
     attngen::LinearFuncs f = attngen::define_linear(attngen::as_f32(*x), attngen::as_f32(*w),

@@ -61,6 +61,7 @@ class Mha : public Generator<Mha> {
     Expr heads = v.generic ? Expr(*num_heads) : embed / v.head_dim_qk;
 
     attngen::LinearShape in_shape{embed, 3 * embed, seq};
+    in_shape.half_chunk = attngen::linear_half_chunk(v, get_target());
     attngen::LinearTunables requested_linear;
     requested_linear.transpose_x = 1;  // measured: see schedule_linear_simd
     const attngen::LinearTunables linear_tunables =
@@ -69,7 +70,7 @@ class Mha : public Generator<Mha> {
         attngen::as_f32(*x), attngen::as_f32(*in_w), attngen::as_f32(*in_b), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
-    attngen::AttentionSpec spec = attngen::attention_spec(v);
+    attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
     const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");
@@ -112,6 +113,7 @@ class Mha : public Generator<Mha> {
     }
     attngen::LinearShape out_shape{embed, embed, seq};
     out_shape.panel = in_shape.panel;
+    out_shape.half_chunk = in_shape.half_chunk;
     attngen::LinearFuncs out_proj = attngen::define_linear(
         concat, attngen::as_f32(*out_w), attngen::as_f32(*out_b), out_shape, "out_proj");
     (*y)(n, s, b) = cast(y->type(), out_proj.out(n, s, b));

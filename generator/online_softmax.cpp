@@ -1,5 +1,7 @@
 #include "generator/online_softmax.h"
 
+#include <string>
+
 namespace attngen {
 
 using namespace Halide;
@@ -23,7 +25,7 @@ Expr softmax_exp(const Expr& x) {
 }
 
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
-                                     const KeyBlockVars& vars) {
+                                     const KeyBlockVars& vars, int half_chunk) {
   const Var &d = vars.d, &j = vars.key, &kb = vars.kb, &i = vars.row, &h = vars.head,
             &b = vars.batch;
   KeyBlockStats f;
@@ -44,7 +46,25 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
 
   f.block_pv = Func("block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
-  f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * v(d, key, h, b);
+  if (half_chunk <= 0) {
+    f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * v(d, key, h, b);
+    return f;
+  }
+  if (block % half_chunk != 0 || v.output_types().at(0) != Float(16)) {
+    throw CompileError("attngen: half-precision P.V needs f16 V and chunks (" +
+                       std::to_string(half_chunk) + ") dividing the key block (" +
+                       std::to_string(block) + ")");
+  }
+  f.probs_half = Func("probs_half");
+  f.probs_half(j, i, h, b) = cast(Float(16), f.probs(j, i, h, b));
+  f.rx = RDom(0, half_chunk, "rx");
+  f.rh = RDom(0, block / half_chunk, "rh");
+  Var c("c");
+  Expr half_key = kb * block + c * half_chunk + f.rx;
+  f.block_pv_half = Func("block_pv_half");
+  f.block_pv_half(d, c, kb, i, h, b) = cast(Float(16), 0.0f);
+  f.block_pv_half(d, c, kb, i, h, b) += f.probs_half(half_key, i, h, b) * v(d, half_key, h, b);
+  f.block_pv(d, kb, i, h, b) += cast<float>(f.block_pv_half(d, f.rh, kb, i, h, b));
   return f;
 }
 

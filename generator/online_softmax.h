@@ -36,10 +36,20 @@ struct KeyBlockVars {
 
 struct KeyBlockStats {
   Halide::Func block_max, probs, block_sum, block_pv;
+  // Half-precision P.V only (half_chunk > 0): block_pv sums over rh (the half chunks of the
+  // block, in order) the f32 value of block_pv_half (d, half chunk, kb, row, head, batch), the
+  // f16 sum over rx (the keys of one half chunk) of probs_half * v, probs_half (key, row, head,
+  // batch) being probs rounded to f16.
+  Halide::Func probs_half, block_pv_half;
+  Halide::RDom rx, rh;
 };
 
+// half_chunk > 0 (a divisor of block; v must then be Float(16)): P.V in half precision, with
+// products and sums of half_chunk keys at a time in f16 and those partial sums added in f32
+// (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance).
 KeyBlockStats define_key_block_stats(const Halide::Func& scores, const Halide::Func& v, int block,
-                                     const Halide::RDom& rk, const KeyBlockVars& vars);
+                                     const Halide::RDom& rk, const KeyBlockVars& vars,
+                                     int half_chunk = 0);
 
 // A running softmax state, or one key block's statistics: the sum of exp(score - max) * v, the
 // max and the sum of exp(score - max). A state with nothing attended yet has a masked max.

@@ -25,7 +25,11 @@ Halide::Type halide_type(DType dtype);
 // conversion of it (inlined where the input is read, or staged).
 Halide::Func as_f32(const Halide::Func& input);
 
-AttentionSpec attention_spec(const KernelVariant& v);
+// The algorithm's spec of a variant on a target (the target decides the arithmetic of some
+// dtypes: AttentionSpec::half_pv_chunk).
+AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& target);
+// LinearShape::half_chunk of a variant's projections on a target (f16 on neonfp16).
+int linear_half_chunk(const KernelVariant& v, const Halide::Target& target);
 AttentionTunables attention_tunables(const KernelVariant& v);
 LinearTunables linear_tunables(const KernelVariant& v);
 DecodeSpec decode_spec(const KernelVariant& v);

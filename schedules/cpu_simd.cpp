@@ -205,20 +205,26 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   Func pv = f.block_pv;
   pv.compute_at(state, f.rb).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   if (spec.generic) pv.bound(d, 0, spec.head_dim_v);
-  pv.update()
-      .split(i, ro, ri, t.pv_rows)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, f.rk, ro)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(ri);
+  if (spec.half_pv_chunk > 0) {
+    schedule_half_pv(f, spec, info, t);  // schedules/neon_fp16.cpp
+  } else {
+    pv.update()
+        .split(i, ro, ri, t.pv_rows)
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .reorder(vi, vo, ri, f.rk, ro)
+        .vectorize(vi)
+        .unroll(vo)
+        .unroll(ri);
+  }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
   if (spec.generic) f.scores.specialize(f.plain);
 }
 
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {
-  const int lanes = info.f32_lanes;
+  // Half-precision products (LinearShape::half_chunk): register tiles of f16 vectors.
+  const bool half = f.sum_half.defined();
+  const int lanes = half ? lanes_of(target_row(info.isa), 2) : info.f32_lanes;
   const int n_tile = t.n_vectors * lanes;
   const Var &e = f.e, &n = f.n, &s = f.s, &b = f.b;
   Var sb("sb"), s1("s1"), so("so"), si("si"), no("no"), ni("ni"), vo("vo"), vi("vi"), task("task");
@@ -245,14 +251,33 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   RVar reo("reo"), rei("rei");
   sum.compute_at(out, no).bound_extent(n, n_tile);
   sum.split(n, vo, vi, lanes).vectorize(vi).unroll(vo);
-  sum.update()
-      .split(f.re, reo, rei, t.e_chunk, TailStrategy::GuardWithIf)
-      .split(s, so, si, t.rows, TailStrategy::GuardWithIf)
-      .split(n, vo, vi, lanes)
-      .reorder(vi, vo, si, rei, so, reo)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(si);
+  if (!half) {
+    sum.update()
+        .split(f.re, reo, rei, t.e_chunk, TailStrategy::GuardWithIf)
+        .split(s, so, si, t.rows, TailStrategy::GuardWithIf)
+        .split(n, vo, vi, lanes)
+        .reorder(vi, vo, si, rei, so, reo)
+        .vectorize(vi)
+        .unroll(vo)
+        .unroll(si);
+  } else {
+    // The f32 sums take one widening add per chunk of half_chunk features; the register tile,
+    // rows x n_vectors f16 accumulators, is sum_half, computed per row group and chunk.
+    const int chunk = static_cast<int>(*Internal::as_const_int(f.rx.x.extent()));
+    const int chunks = std::max(1, t.e_chunk / chunk);
+    sum.update()
+        .split(f.rh, reo, rei, chunks, TailStrategy::GuardWithIf)
+        .split(s, so, si, t.rows, TailStrategy::GuardWithIf)
+        .split(n, vo, vi, lanes)
+        .reorder(vi, vo, si, rei, so, reo)
+        .vectorize(vi)
+        .unroll(vo)
+        .unroll(si);
+    Func h = f.sum_half;
+    h.compute_at(sum, rei).bound_extent(s, t.rows);
+    h.split(n, vo, vi, lanes).reorder(vi, vo, s).vectorize(vi).unroll(vo).unroll(s);
+    h.update().split(n, vo, vi, lanes).reorder(vi, vo, s, f.rx).vectorize(vi).unroll(vo).unroll(s);
+  }
 
   // The rows of a row block, staged once per block (it is reused by every n tile): the inner
   // loop then reads them with no per-row clamping. As rows, a register tile's rows are at a

@@ -138,7 +138,9 @@ LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
   const LinearTunables t = resolve(requested, info);
   const bool simd = info.isa != Isa::kCuda && info.isa != Isa::kGeneric;
   // One panel per register tile's output features (schedule_linear_simd()).
-  shape.panel = simd && !autoscheduled ? t.n_vectors * info.f32_lanes : 1;
+  // Half-precision products (shape.half_chunk) take vectors of f16 lanes.
+  const int lanes = shape.half_chunk > 0 ? lanes_of(target_row(info.isa), 2) : info.f32_lanes;
+  shape.panel = simd && !autoscheduled ? t.n_vectors * lanes : 1;
   return t;
 }
 

@@ -55,6 +55,10 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
 Halide::Internal::IRMutator* bf16_pair_dots_pass();
 void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
                                      const TargetInfo& info, const AttentionTunables& t);
+// The half-precision P.V of a key-block schedule (AttentionSpec::half_pv_chunk > 0): f.block_pv
+// is computed per key block already; this schedules its update and the f16 Funcs under it.
+void schedule_half_pv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                      const AttentionTunables& t);
 void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t);
 void schedule_linear_cuda(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);

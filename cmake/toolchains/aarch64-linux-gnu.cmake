@@ -26,5 +26,8 @@ foreach (pkg Halide HalideHelpers)
 endforeach ()
 
 # Test executables (ctest, gtest_discover_tests) run through qemu; -L points it at the
-# aarch64 dynamic loader and libraries.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-L;/usr/aarch64-linux-gnu)
+# aarch64 dynamic loader and libraries. -cpu max: a CPU model with every feature qemu emulates,
+# ARMv8.2-A FP16 (HWCAP_ASIMDHP) included, so the neonfp16 kernels run too. (qemu 7.2's
+# default for qemu-aarch64 is the same model, but named CPUs such as cortex-a57 lack FP16; a
+# test of the fallback to neon runs under one of those, tests/CMakeLists.txt.)
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-cpu;max;-L;/usr/aarch64-linux-gnu)
