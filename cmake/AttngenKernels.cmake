@@ -252,6 +252,7 @@ function(attngen_add_kernel NAME)
   set_property(GLOBAL APPEND PROPERTY ATTNGEN_KERNELS ${NAME})
   # For the assembly tests (tests/CMakeLists.txt): what the ISA's code must contain.
   set_property(GLOBAL PROPERTY ATTNGEN_KERNEL_ASM_${NAME} "${ATTNGEN_V_ASM_SIGNATURE}")
+  set_property(GLOBAL PROPERTY ATTNGEN_KERNEL_ASM_FORBIDDEN_${NAME} "${ATTNGEN_V_ASM_FORBIDDEN}")
 endfunction()
 
 # Writes a C source defining `attngen_builtin_kernels`, a NULL-terminated table of the given

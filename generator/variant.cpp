@@ -615,6 +615,13 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
   return true;
 }
 
+bool extension_applies(const KernelVariant& v, const TargetRow& t) {
+  if (!row_builds(t, dtype_name(v.dtype))) return false;
+  if (t.isa != Isa::kAvx512Bf16) return true;
+  return v.op == Op::kAttention && !v.generic && !v.weights && !v.lse && v.key_block == 0 &&
+         v.pattern.kind == Pattern::kNone && v.head_dim_qk % 2 == 0;
+}
+
 const TargetRow& host_target(const std::string& cross_processor) {
   const TargetRow* best = &target_row(Isa::kGeneric);
   for (const TargetRow& t : kTargets) {

@@ -85,6 +85,13 @@ std::vector<std::string> tunable_names(const KernelVariant& v);
 bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
                     std::vector<Tunable>* out, std::string* error);
 
+// Whether a kernel of the variant for target row t is worth building: always for a base ISA;
+// for an extension row (schedules/targets.h) only where its instructions serve the variant, so
+// that it does not duplicate the base ISA's kernel. avx512bf16: the row form of bf16 attention
+// (specialised, no extra outputs, no pattern, even head dims), where the schedule takes bf16
+// products in pairs (schedules/cpu_bf16.cpp). neonfp16: every f16 kernel.
+bool extension_applies(const KernelVariant& v, const TargetRow& t);
+
 // The ISA `host` means: the best row of the target table this machine runs (cross builds pass
 // the processor they build for; its best ISA is assumed).
 const TargetRow& host_target(const std::string& cross_processor);

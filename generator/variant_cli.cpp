@@ -94,8 +94,8 @@ int variant_cmake(const Options& o) {
     skip = true;
     for (const std::string& isa : v.only_isas) skip = skip && isa != t.name;
   }
-  // An extension row (schedules/targets.h) builds the variants of its dtypes only.
-  if (!row_builds(t, dtype_name(v.dtype))) skip = true;
+  // An extension row (schedules/targets.h) builds only what its instructions serve.
+  if (!extension_applies(v, t)) skip = true;
   std::string runtime, runtime_target;
   if (!runtime_of(t, o.cuda_runtime, &runtime, &runtime_target, &error)) return fail(error);
 
@@ -135,6 +135,7 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_CLASS", cls);
   cmake_set("ATTNGEN_V_TUNING", tuning);
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", t.asm_signature);
+  cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
   cmake_set("ATTNGEN_V_TUNING_FILE", read_file && file_exists(file) ? file : "");
   return 0;
 }
