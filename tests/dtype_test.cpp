@@ -65,11 +65,12 @@ void check_rounding(uint16_t (*narrow)(float)) {
   };
   const uint16_t inf = Traits::from_double(std::numeric_limits<double>::infinity()).bits;
   for (uint16_t h = 0; h < inf; ++h) {  // every finite positive value and its successor
-    const double lo = Traits::to_double(T{h}), hi = Traits::to_double(T{static_cast<uint16_t>(h + 1)});
+    const double lo = Traits::to_double(T{h}),
+                 hi = Traits::to_double(T{static_cast<uint16_t>(h + 1)});
     const float mid = static_cast<float>((lo + hi) / 2);  // exact in float
     ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
-    for (const float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, HUGE_VALF),
-                          static_cast<float>(lo)}) {
+    for (const float f :
+         {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, HUGE_VALF), static_cast<float>(lo)}) {
       expect(f);
       expect(-f);
     }
@@ -96,12 +97,12 @@ TEST(Conversion, KnownValues) {
   using H = ElementTraits<Half>;
   using B = ElementTraits<BFloat16>;
   EXPECT_EQ(H::from_double(1.0).bits, 0x3c00);
-  EXPECT_EQ(H::from_double(65504.0).bits, 0x7bff);           // the largest f16
-  EXPECT_EQ(H::from_double(65519.99).bits, 0x7bff);          // below the halfway point
-  EXPECT_EQ(H::from_double(65520.0).bits, 0x7c00);           // halfway: to even, Inf
-  EXPECT_EQ(H::from_double(std::ldexp(1.0, -24)).bits, 1);   // the smallest subnormal
-  EXPECT_EQ(H::from_double(std::ldexp(1.0, -25)).bits, 0);   // halfway to 0: to even
-  EXPECT_EQ(H::from_double(std::ldexp(3.0, -25)).bits, 2);   // 1.5 ulp: to even, 2
+  EXPECT_EQ(H::from_double(65504.0).bits, 0x7bff);          // the largest f16
+  EXPECT_EQ(H::from_double(65519.99).bits, 0x7bff);         // below the halfway point
+  EXPECT_EQ(H::from_double(65520.0).bits, 0x7c00);          // halfway: to even, Inf
+  EXPECT_EQ(H::from_double(std::ldexp(1.0, -24)).bits, 1);  // the smallest subnormal
+  EXPECT_EQ(H::from_double(std::ldexp(1.0, -25)).bits, 0);  // halfway to 0: to even
+  EXPECT_EQ(H::from_double(std::ldexp(3.0, -25)).bits, 2);  // 1.5 ulp: to even, 2
   EXPECT_EQ(H::from_double(-2.0).bits, 0xc000);
   EXPECT_EQ(H::from_double(1.0 + std::ldexp(1.0, -11)).bits, 0x3c00);  // tie to even
   EXPECT_EQ(H::from_double(1.0 + 3 * std::ldexp(1.0, -11)).bits, 0x3c02);
@@ -109,9 +110,13 @@ TEST(Conversion, KnownValues) {
   EXPECT_EQ(B::from_double(1.0).bits, 0x3f80);
   EXPECT_EQ(B::from_double(3.0e38).bits, 0x7f62);
   EXPECT_EQ(B::from_double(std::numeric_limits<float>::max()).bits, 0x7f80);  // rounds to Inf
-  EXPECT_EQ(B::from_double(1.0 + std::ldexp(1.0, -8)).bits, 0x3f80);       // tie to even
+  EXPECT_EQ(B::from_double(1.0 + std::ldexp(1.0, -8)).bits, 0x3f80);          // tie to even
   EXPECT_EQ(rt::f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);
   EXPECT_EQ(rt::f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(rt::f32_to_f16(65520.0f), 0x7c00);  // the overflow threshold, both sides
+  EXPECT_EQ(rt::f32_to_f16(std::nextafter(65520.0f, 0.0f)), 0x7bff);
+  EXPECT_EQ(rt::f32_to_f16(-std::ldexp(1.0f, -25)), 0x8000);
+  EXPECT_EQ(rt::f32_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
   EXPECT_EQ(bits_of(rt::f16_to_f32(0x7bff)), bits_of(65504.0f));
 }
 
@@ -190,7 +195,13 @@ TEST(DtypeDispatch, NativeKernelsWhereTheyFit) {
     EXPECT_TRUE(ran()->generic && ran()->dtypes.q == dtype) << ran()->name;
     AttentionTester().heads(3, 1).seq(17, 17).head_dim(200).kv_len({9}).dtype(dtype).Test();
     EXPECT_TRUE(ran()->dtypes.q == dtype && ran()->head_dim_qk == 256) << ran()->name;
-    AttentionTester().heads(2, 2).seq(21, 21).head_dim(80).dtype(dtype).out_dtype(ATTNGEN_F32).Test();
+    AttentionTester()
+        .heads(2, 2)
+        .seq(21, 21)
+        .head_dim(80)
+        .dtype(dtype)
+        .out_dtype(ATTNGEN_F32)
+        .Test();
     EXPECT_TRUE(ran()->dtypes.q == dtype && ran()->dtypes.out == ATTNGEN_F32) << ran()->name;
   }
 }
@@ -208,24 +219,53 @@ TEST(DtypeConversion, CallsNoKernelOfTheDtypeTakes) {
       EXPECT_EQ(k->dtypes.out, ATTNGEN_F32) << k->name;
     };
     // A window pattern.
-    AttentionTester().batch(2).heads(4, 2).seq(70, 90).head_dim(64).pattern(
-        attngen_pattern_local(9)).causal().dtype(dtype).Test();
+    AttentionTester()
+        .batch(2)
+        .heads(4, 2)
+        .seq(70, 90)
+        .head_dim(64)
+        .pattern(attngen_pattern_local(9))
+        .causal()
+        .dtype(dtype)
+        .Test();
     expect_f32_kernel();
     // The attention weights and log-sum-exp outputs (F32), strided views.
-    AttentionTester().heads(2, 1).seq(23, 37).head_dim(64).weights().lse().padded(2).dtype(dtype)
+    AttentionTester()
+        .heads(2, 1)
+        .seq(23, 37)
+        .head_dim(64)
+        .weights()
+        .lse()
+        .padded(2)
+        .dtype(dtype)
         .Test();
     expect_f32_kernel();
     // A head dim past every bucket of the dtype (D512 runs on the f32 generic D512).
     AttentionTester().heads(2, 1).seq(9, 14).head_dim(512, 300).causal().dtype(dtype).Test();
     expect_f32_kernel();
     // F32 output of f16 / bf16 inputs at D256 (the out-f32 kernels stop at D128), fused QKV.
-    AttentionTester().batch(2).heads(2, 2).seq(15, 15).head_dim(256).fused_qkv().dtype(dtype)
-        .out_dtype(ATTNGEN_F32).Test();
+    AttentionTester()
+        .batch(2)
+        .heads(2, 2)
+        .seq(15, 15)
+        .head_dim(256)
+        .fused_qkv()
+        .dtype(dtype)
+        .out_dtype(ATTNGEN_F32)
+        .Test();
     expect_f32_kernel();
     // Mask tensors and key padding, padded views, and a block-sparse layout.
-    AttentionTester().batch(2).heads(2, 2).seq(31, 45).head_dim(40).padded(3).kv_len({45, 20})
-        .additive_mask({2, 1, 31, 45}).pattern(attngen_pattern{ATTNGEN_PATTERN_STRIDED, 0, 0, 7})
-        .dtype(dtype).Test();
+    AttentionTester()
+        .batch(2)
+        .heads(2, 2)
+        .seq(31, 45)
+        .head_dim(40)
+        .padded(3)
+        .kv_len({45, 20})
+        .additive_mask({2, 1, 31, 45})
+        .pattern(attngen_pattern{ATTNGEN_PATTERN_STRIDED, 0, 0, 7})
+        .dtype(dtype)
+        .Test();
     expect_f32_kernel();
   }
 }

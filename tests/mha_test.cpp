@@ -40,9 +40,9 @@ struct LinearCase {
 // One linear call in `dtype` (x, w, bias and y) on fresh random inputs.
 void run_linear_case(const LinearCase& c, attngen_dtype dtype) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("B" + std::to_string(c.b) + " S" + std::to_string(c.s) + " E" +
-               std::to_string(c.e) + " N" + std::to_string(c.n) + " dtype " +
-               std::to_string(dtype) + " seed " + std::to_string(seed));
+  SCOPED_TRACE("B" + std::to_string(c.b) + " S" + std::to_string(c.s) + " E" + std::to_string(c.e) +
+               " N" + std::to_string(c.n) + " dtype " + std::to_string(dtype) + " seed " +
+               std::to_string(seed));
   std::mt19937_64 rng(seed);
   AnyTensor x(dtype, {c.b, c.s, c.e}, c.pad), w(dtype, {c.n, c.e}, c.pad), bias(dtype, {c.n}, 0),
       y(dtype, {c.b, c.s, c.n}, c.pad);

@@ -84,6 +84,7 @@ struct Binary16Format {
     if (std::isnan(x)) return sign | kExpMask | (1u << (kMant - 1));
     const double a = std::abs(x);
     if (a == 0) return sign;
+    if (std::isinf(a)) return sign | kExpMask;
     int e2;
     std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1): the exponent of a is e2 - 1
     const int e = std::max(e2 - 1, 1 - kBias);  // subnormals share the smallest exponent
@@ -94,7 +95,7 @@ struct Binary16Format {
       m /= 2;
       ++exp;
     }
-    if (m < std::ldexp(1.0, kMant)) exp = 0;  // subnormal (or rounded down to 0)
+    if (m < std::ldexp(1.0, kMant)) exp = 0;                 // subnormal (or rounded down to 0)
     if (exp >= (1 << kExpBits) - 1) return sign | kExpMask;  // overflow: infinity
     const uint16_t frac = static_cast<uint16_t>(static_cast<uint32_t>(m) & ((1u << kMant) - 1));
     return sign | static_cast<uint16_t>(exp << kMant) | frac;
@@ -316,21 +317,23 @@ class AnyTensor {
   // The whole storage (gaps too) widened to float32, element for element, so that views into it
   // (fused QKV) keep their offsets and strides: what the reference reads.
   std::vector<float> widened() const {
-    return std::visit([](const auto& x) {
-      using Traits = typename std::decay_t<decltype(x)>::Traits;
-      std::vector<float> out(x.buf.size());
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = static_cast<float>(Traits::to_double(x.buf[i]));
-      }
-      return out;
-    }, v_);
+    return std::visit(
+        [](const auto& x) {
+          using Traits = typename std::decay_t<decltype(x)>::Traits;
+          std::vector<float> out(x.buf.size());
+          for (size_t i = 0; i < out.size(); ++i) {
+            out[i] = static_cast<float>(Traits::to_double(x.buf[i]));
+          }
+          return out;
+        },
+        v_);
   }
 
   // The reference's view of `t`, a tensor into this storage, in `wide` (widened()).
   View view_in(const attngen_tensor& sub, const std::vector<float>& wide) const {
     const auto* base = static_cast<const char*>(t().data);
-    const int64_t offset = (static_cast<const char*>(sub.data) - base) /
-                           static_cast<int64_t>(element_bytes());
+    const int64_t offset =
+        (static_cast<const char*>(sub.data) - base) / static_cast<int64_t>(element_bytes());
     attngen_tensor w = sub;
     w.data = const_cast<float*>(wide.data() + offset);
     return view_of(w);

@@ -340,8 +340,9 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
   const attngen_kernel_info* real = nullptr;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
-        k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
+    if (k->op == ATTNGEN_OP_ATTENTION && k->dtypes.q == ATTNGEN_F32 && k->head_dim_qk == 64 &&
+        k->head_dim_v == 64 && k->mask == ATTNGEN_MASK_NONE &&
+        k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
         k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse && !k->generic &&
         attngen_kernel_supported(k)) {
       real = k;
@@ -478,12 +479,13 @@ TEST_F(DtypeValidation, Mha) {
     AnyTensor* t;
     attngen_dtype dtype;
     const char* needle;
-  } cases[] = {{&in_w, ATTNGEN_BF16, "in_proj_weight has dtype BF16, expected F16 (the dtype of x)"},
-               {&in_b, ATTNGEN_F32, "in_proj_bias has dtype F32, expected F16"},
-               {&out_w, ATTNGEN_F32, "out_proj_weight has dtype F32, expected F16"},
-               {&out_b, ATTNGEN_BF16, "out_proj_bias has dtype BF16, expected F16"},
-               {&y, ATTNGEN_F32, "y has dtype F32, expected F16 (the dtype of x)"},
-               {&x, ATTNGEN_I8, "x has dtype I8, expected F32, F16 or BF16"}};
+  } cases[] = {
+      {&in_w, ATTNGEN_BF16, "in_proj_weight has dtype BF16, expected F16 (the dtype of x)"},
+      {&in_b, ATTNGEN_F32, "in_proj_bias has dtype F32, expected F16"},
+      {&out_w, ATTNGEN_F32, "out_proj_weight has dtype F32, expected F16"},
+      {&out_b, ATTNGEN_BF16, "out_proj_bias has dtype BF16, expected F16"},
+      {&y, ATTNGEN_F32, "y has dtype F32, expected F16 (the dtype of x)"},
+      {&x, ATTNGEN_I8, "x has dtype I8, expected F32, F16 or BF16"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.needle);
     const attngen_dtype saved = c.t->t().dtype;

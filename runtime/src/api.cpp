@@ -584,13 +584,12 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   attngen_tensor x32 = *x, iw = *weights->in_proj_weight, ow = *weights->out_proj_weight, y32 = *y;
   attngen_tensor ib = in_b != nullptr ? *in_b : zero_in, ob = out_b != nullptr ? *out_b : zero_out;
   F32Staging staging;
-  if (convert &&
-      (!staging.input(c, *x, "x", &x32) ||
-       !staging.input(c, *weights->in_proj_weight, "in_proj_weight", &iw) ||
-       (in_b != nullptr && !staging.input(c, *in_b, "in_proj_bias", &ib)) ||
-       !staging.input(c, *weights->out_proj_weight, "out_proj_weight", &ow) ||
-       (out_b != nullptr && !staging.input(c, *out_b, "out_proj_bias", &ob)) ||
-       !staging.output(c, *y, "y", &y32))) {
+  if (convert && (!staging.input(c, *x, "x", &x32) ||
+                  !staging.input(c, *weights->in_proj_weight, "in_proj_weight", &iw) ||
+                  (in_b != nullptr && !staging.input(c, *in_b, "in_proj_bias", &ib)) ||
+                  !staging.input(c, *weights->out_proj_weight, "out_proj_weight", &ow) ||
+                  (out_b != nullptr && !staging.input(c, *out_b, "out_proj_bias", &ob)) ||
+                  !staging.output(c, *y, "y", &y32))) {
     return finish(c, nullptr);
   }
   HalideView hx, hiw, hib, how, hob, hl, hy;

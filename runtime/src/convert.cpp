@@ -133,13 +133,14 @@ bool F32Staging::stage(Check& c, const attngen_tensor& t, const char* name, attn
   // addressable by a kernel.
   if (count > std::numeric_limits<int32_t>::max() / static_cast<int64_t>(sizeof(float))) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE,
-                  std::string(name) + " in F32 (for the F32 kernel that runs this call) would span "
-                                      "more than 2^31 - 1 bytes, the most a kernel can address");
+                  std::string(name) +
+                      " in F32 (for the F32 kernel that runs this call) would span "
+                      "more than 2^31 - 1 bytes, the most a kernel can address");
   }
   void* scratch = scratch_allocate(static_cast<size_t>(count) * sizeof(float));
   if (scratch == nullptr) {
-    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
-                  "cannot allocate " + std::to_string(count * 4) + " bytes for " + name + " in F32");
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(count * 4) +
+                                                   " bytes for " + name + " in F32");
   }
   staged_.push_back({scratch, t, false});
   int64_t shape[ATTNGEN_MAX_RANK];
