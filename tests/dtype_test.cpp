@@ -270,6 +270,47 @@ TEST(DtypeConversion, CallsNoKernelOfTheDtypeTakes) {
   }
 }
 
+// A linear layer through the same conversion. Every ISA builds f16 and bf16 linear kernels, so an
+// F32 one is registered again under the "generic" ISA, which none of the built-in ones has: forced
+// onto it, an f16 / bf16 call finds no kernel of its dtype and runs there, converted.
+TEST(DtypeConversion, Linear) {
+  const attngen_kernel_info* real = nullptr;
+  for (size_t i = 0; i < attngen_kernel_count() && real == nullptr; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_LINEAR && k->dtypes.q == ATTNGEN_F32 && attngen_kernel_supported(k))
+      real = k;
+  }
+  if (real == nullptr) GTEST_SKIP() << "no F32 linear kernel this machine runs";
+  static attngen_kernel_info generic;
+  generic = *real;
+  generic.name = "test_generic_linear_f32";
+  generic.isa = "generic";
+  if (attngen_find_kernel(generic.name) == nullptr) {
+    ASSERT_EQ(attngen_register_kernel(&generic), ATTNGEN_OK) << attngen_last_error();
+  }
+  RestoreIsa restore;
+  ASSERT_EQ(attngen_set_isa("generic"), ATTNGEN_OK) << attngen_last_error();
+  std::mt19937_64 rng(fresh_seed());
+  for (const attngen_dtype dtype : {ATTNGEN_F16, ATTNGEN_BF16}) {
+    for (const bool bias : {true, false}) {
+      SCOPED_TRACE(std::to_string(dtype) + (bias ? " bias" : ""));
+      const int64_t b = 2, s = 7, e = 37, n = 19, pad = bias ? 2 : 0;
+      AnyTensor x(dtype, {b, s, e}, pad), w(dtype, {n, e}, pad), bv(dtype, {n}, 0),
+          y(dtype, {b, s, n}, pad);
+      x.fill_random(rng, -1, 1);
+      w.fill_random(rng, -1, 1);
+      bv.fill_random(rng, -1, 1);
+      const attngen_status st = attngen_linear(&x.t(), &w.t(), bias ? &bv.t() : nullptr, &y.t());
+      ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
+      EXPECT_STREQ(attngen_last_kernel(), generic.name);
+      const std::vector<double> want = reference_linear(x.dense(), b * s, e, w.dense(), n,
+                                                        bias ? bv.dense() : std::vector<double>{});
+      expect_close(y.dense(), want, max_abs(want), dtype);
+      EXPECT_EQ(y.gaps_written(), 0);
+    }
+  }
+}
+
 // What the conversion does not change: a call no kernel takes in any dtype keeps its error, and a
 // named kernel is taken as named.
 TEST(DtypeConversion, ErrorsAreKept) {
