@@ -57,7 +57,7 @@ class AttentionTester {
     softcap_ = c;
     return *this;
   }
-  // Strided views: rows padded by `pad` floats, outer dims by one element.
+  // Strided views: rows padded by `pad` elements, outer dims by one element.
   AttentionTester& padded(int64_t pad) {
     pad_ = pad;
     return *this;
