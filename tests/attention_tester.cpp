@@ -22,15 +22,21 @@ std::string AttentionTester::describe() const {
   if (weights_) s << " weights";
   if (lse_) s << " lse";
   if (integer_) s << " integers " << integer_;
+  if (dtype_ != ATTNGEN_F32 || out_dtype_ != ATTNGEN_F32) {
+    s << " dtype " << dtype_ << " out " << out_dtype_;
+  }
   return s.str();
 }
 
 struct AttentionTester::Call {
+  // The element types of q, k, v and out.
+  attngen_dtype dq = ATTNGEN_F32, dk = ATTNGEN_F32, dv = ATTNGEN_F32, dout = ATTNGEN_F32;
   // Inputs: separate tensors, or views into one fused QKV buffer.
-  Storage q, k, v, fused;
+  AnyTensor q, k, v, fused;
   attngen_tensor tq{}, tk{}, tv{};
-  // Outputs, poisoned.
-  Storage out, weights, lse;
+  // Outputs, poisoned (out in its dtype's NaN; weights and log-sum-exp are F32).
+  AnyTensor out;
+  Storage weights, lse;
   // Optional inputs and the options that point to them.
   attngen_tensor t_kv_len{}, t_mask{}, t_layout{};
   std::vector<uint8_t> mask_bytes, layout_bytes;
@@ -52,6 +58,7 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   std::mt19937_64 rng(seed);
 
   Call c;
+  choose_dtypes(c, kernel);
   make_inputs(c, rng);
   if (::testing::Test::HasFatalFailure()) return;
   poison_outputs(c);
@@ -62,19 +69,34 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   check_gaps(c);
 }
 
+// The kernel's dtypes, or the tester's.
+void AttentionTester::choose_dtypes(Call& c, const attngen_kernel_info* kernel) const {
+  if (kernel != nullptr) {
+    c.dq = kernel->dtypes.q;
+    c.dk = kernel->dtypes.k;
+    c.dv = kernel->dtypes.v;
+    c.dout = kernel->dtypes.out;
+  } else {
+    c.dq = c.dk = c.dv = dtype_;
+    c.dout = out_dtype_;
+  }
+}
+
 // Fresh random q, k, v in [-1, 1) (q and k integers with integer_inputs()), as three tensors
 // or as views into one fused [B, S, 3, H, D] buffer.
 void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
   if (fused_) {
     ASSERT_TRUE(sq_ == skv_ && hq_ == hkv_ && dqk_ == dv_) << "fused_qkv needs equal shapes";
-    c.fused.init({batch_, sq_, 3, hq_, dqk_}, pad_);
+    ASSERT_TRUE(c.dq == c.dk && c.dk == c.dv) << "fused_qkv needs one dtype";
+    c.fused.init(c.dq, {batch_, sq_, 3, hq_, dqk_}, pad_);
     c.fused.fill_random(rng, -1.0, 1.0);
-    const attngen_tensor& f = c.fused.t;
+    const attngen_tensor& f = c.fused.t();
     const int src[4] = {0, 1, 3, 4};  // [B, S, 3, H, D] without the 3
+    const int64_t bytes = static_cast<int64_t>(c.fused.element_bytes());
     int part = 0;
     for (attngen_tensor* t : {&c.tq, &c.tk, &c.tv}) {
       *t = attngen_tensor{};
-      t->data = c.fused.buf.data() + part++ * f.strides[2];
+      t->data = static_cast<char*>(f.data) + part++ * f.strides[2] * bytes;
       t->dtype = f.dtype;
       t->rank = 4;
       for (int d = 0; d < 4; ++d) {
@@ -84,9 +106,9 @@ void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
     }
     return;
   }
-  c.q.init({batch_, sq_, hq_, dqk_}, pad_);
-  c.k.init({batch_, skv_, hkv_, dqk_}, pad_);
-  c.v.init({batch_, skv_, hkv_, dv_}, pad_);
+  c.q.init(c.dq, {batch_, sq_, hq_, dqk_}, pad_);
+  c.k.init(c.dk, {batch_, skv_, hkv_, dqk_}, pad_);
+  c.v.init(c.dv, {batch_, skv_, hkv_, dv_}, pad_);
   c.q.fill_random(rng, -1.0, 1.0);
   c.k.fill_random(rng, -1.0, 1.0);
   c.v.fill_random(rng, -1.0, 1.0);
@@ -94,14 +116,14 @@ void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
     c.q.fill_integers(rng, integer_);
     c.k.fill_integers(rng, integer_);
   }
-  c.tq = c.q.t;
-  c.tk = c.k.t;
-  c.tv = c.v.t;
+  c.tq = c.q.t();
+  c.tk = c.k.t();
+  c.tv = c.v.t();
 }
 
 // Every output the call asks for, filled with poison (gaps included).
 void AttentionTester::poison_outputs(Call& c) const {
-  c.out.init({batch_, sq_, hq_, dv_}, pad_);
+  c.out.init(c.dout, {batch_, sq_, hq_, dv_}, pad_);
   if (weights_) {
     c.weights.init({batch_, hq_, sq_, skv_}, pad_);
     c.opt.weights = &c.weights.t;
@@ -242,25 +264,40 @@ void AttentionTester::add_pattern(Call& c, std::mt19937_64& rng) const {
 
 // The call through the public API; it succeeds, with the kernel asked for.
 void AttentionTester::run(Call& c, const attngen_kernel_info* kernel) const {
-  const attngen_status st = attngen_attention(&c.tq, &c.tk, &c.tv, &c.out.t, &c.opt);
+  const attngen_status st = attngen_attention(&c.tq, &c.tk, &c.tv, &c.out.t(), &c.opt);
   ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
   if (kernel) EXPECT_STREQ(attngen_last_kernel(), kernel->name);
 }
 
-// The output (and weights and log-sum-exp, if asked for) against the float64 reference.
+// The output (and weights and log-sum-exp, if asked for) against the float64 reference, which
+// reads the inputs as the call stored them (rounded to their dtype), widened to float32.
 void AttentionTester::compare_with_reference(Call& c) const {
-  const View vv = view_of(c.tv);
-  const std::vector<double> want = reference_attention(view_of(c.tq), view_of(c.tk), vv, c.ref);
-  expect_close(c.out.dense(), want, max_abs(vv), Storage::kDtype);
+  std::vector<float> wq, wk, wv;
+  View vq{}, vk{}, vv{};
+  if (fused_) {
+    wq = c.fused.widened();
+    vq = c.fused.view_in(c.tq, wq);
+    vk = c.fused.view_in(c.tk, wq);
+    vv = c.fused.view_in(c.tv, wq);
+  } else {
+    wq = c.q.widened();
+    wk = c.k.widened();
+    wv = c.v.widened();
+    vq = c.q.view_in(c.tq, wq);
+    vk = c.k.view_in(c.tk, wk);
+    vv = c.v.view_in(c.tv, wv);
+  }
+  const std::vector<double> want = reference_attention(vq, vk, vv, c.ref);
+  expect_close(c.out.dense(), want, max_abs(vv), tolerance_dtype(c.dq, c.dout));
   if (weights_) check_weights(c);
   if (lse_) check_lse(c);
 }
 
 // Weights are in [0, 1]: the contract's absolute bound with max|V| = 1. Each row sums to 1, or
-// is all 0 when the row attends nothing.
+// is all 0 when the row attends nothing. F32 outputs, computed from the inputs' dtype: its bound.
 void AttentionTester::check_weights(const Call& c) const {
   const std::vector<double> got = c.weights.dense();
-  expect_close(got, c.want_weights, 1.0, Storage::kDtype);
+  expect_close(got, c.want_weights, 1.0, c.dq);
   for (int64_t r = 0; r < batch_ * hq_ * sq_; ++r) {
     double sum = 0, want_sum = 0;
     for (int64_t j = 0; j < skv_; ++j) {
@@ -271,14 +308,16 @@ void AttentionTester::check_weights(const Call& c) const {
   }
 }
 
-// A fully masked row's log-sum-exp is -inf; the others match to a relative 1e-5.
+// A fully masked row's log-sum-exp is -inf; the others match to a relative 1e-5 (F32 inputs; the
+// bound of their dtype otherwise).
 void AttentionTester::check_lse(const Call& c) const {
   const std::vector<double> got = c.lse.dense();
+  const double rel = c.dq == ATTNGEN_F32 ? 1e-5 : tolerance_of(c.dq).rel_l2;
   for (size_t r = 0; r < got.size(); ++r) {
     if (std::isinf(c.want_lse[r])) {
       ASSERT_TRUE(std::isinf(got[r]) && got[r] < 0) << "lse of fully masked row " << r;
     } else {
-      ASSERT_NEAR(got[r], c.want_lse[r], 1e-5 * (1.0 + std::abs(c.want_lse[r]))) << "lse row " << r;
+      ASSERT_NEAR(got[r], c.want_lse[r], rel * (1.0 + std::abs(c.want_lse[r]))) << "lse row " << r;
     }
   }
 }

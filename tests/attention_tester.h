@@ -1,8 +1,9 @@
 // A fluent tester for attention kernels, in the style of XNNPACK's testers:
 //   AttentionTester().batch(2).heads(8, 2).seq(37, 53).head_dim(80).causal().Test(kernel);
-// Test() makes fresh random inputs, poisons the output (and the gaps of strided views), runs
-// the kernel through the public C API, and checks the result against the float64 reference
-// with the contract's tolerance.
+// Test() makes fresh random inputs in the call's dtypes (rounded to them: the reference reads the
+// rounded values), poisons the output (and the gaps of strided views), runs the kernel through
+// the public C API, and checks the result against the float64 reference with the contract's
+// tolerance for the inputs' dtype. Test(kernel) takes the kernel descriptor's dtypes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -56,7 +57,7 @@ class AttentionTester {
     softcap_ = c;
     return *this;
   }
-  // Strided views: rows padded by `pad` floats, outer dims by one element.
+  // Strided views: rows padded by `pad` elements, outer dims by one element.
   AttentionTester& padded(int64_t pad) {
     pad_ = pad;
     return *this;
@@ -127,6 +128,17 @@ class AttentionTester {
     return *this;
   }
 
+  // Element types: q, k, v and out in `d` (F32, F16 or BF16); then out_dtype() may make the
+  // output F32. Ignored by Test(kernel), which takes the kernel's.
+  AttentionTester& dtype(attngen_dtype d) {
+    dtype_ = out_dtype_ = d;
+    return *this;
+  }
+  AttentionTester& out_dtype(attngen_dtype d) {
+    out_dtype_ = d;
+    return *this;
+  }
+
   std::string describe() const;
 
   // Runs `kernel` (by name) and checks it; with kernel == nullptr the runtime chooses.
@@ -144,6 +156,7 @@ class AttentionTester {
   void add_mask(Call& c, std::mt19937_64& rng) const;
   void add_pattern(Call& c, std::mt19937_64& rng) const;
   void run(Call& c, const attngen_kernel_info* kernel) const;
+  void choose_dtypes(Call& c, const attngen_kernel_info* kernel) const;
   void compare_with_reference(Call& c) const;
   void check_weights(const Call& c) const;
   void check_lse(const Call& c) const;
@@ -152,6 +165,7 @@ class AttentionTester {
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
   bool weights_ = false, lse_ = false;
+  attngen_dtype dtype_ = ATTNGEN_F32, out_dtype_ = ATTNGEN_F32;
   attngen_pattern pattern_{};
   double layout_density_ = 0.5;
   float scale_ = 0.0f, softcap_ = 0.0f;

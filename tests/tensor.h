@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "attngen/attngen.h"
@@ -33,16 +36,10 @@ inline bool is_poison(float f) {
 }
 
 // What the tests need to know of an element type: its attngen_dtype, its poison value, and
-// conversions to and from double. Adding a dtype is one entry, e.g. for f16 stored as bits:
-//   struct Half { uint16_t bits; };
-//   template <> struct ElementTraits<Half> {
-//     static constexpr attngen_dtype kDtype = ATTNGEN_F16;
-//     static Half poison() { return {0x7e5d}; }  // a quiet NaN with a payload
-//     static bool is_poison(Half h) { return h.bits == 0x7e5d; }
-//     static double to_double(Half h);           // IEEE binary16 -> double
-//     static Half from_double(double x);         // round to nearest even
-//   };
-// (bf16 alike, with the upper 16 bits of a float32), plus its row in kTolerances below.
+// conversions to and from double (rounding to nearest even, in one step from the double). These
+// are the tests' own conversions, written from the IEEE formats with frexp/ldexp, independent of
+// the runtime's bit manipulation (runtime/src/convert.cpp), which tests/dtype_test.cpp checks
+// against them. Adding a dtype is one entry here plus its row in kTolerances below.
 template <typename T>
 struct ElementTraits;
 
@@ -55,6 +52,76 @@ struct ElementTraits<float> {
   static float from_double(double x) { return static_cast<float>(x); }
 };
 
+// IEEE binary16 and bfloat16, stored as their bits.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+// A binary floating-point format of `mant` stored significand bits and exponent bias `bias`,
+// with IEEE subnormals, infinities and NaNs, as 16 bits: sign, exponent, significand.
+template <int kMant, int kBias>
+struct Binary16Format {
+  static constexpr int kExpBits = 15 - kMant;
+  static constexpr uint16_t kExpMask = ((1u << kExpBits) - 1) << kMant;
+
+  static double to_double(uint16_t h) {
+    const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+    const int exp = (h & kExpMask) >> kMant;
+    const int mant = h & ((1 << kMant) - 1);
+    if (exp == (1 << kExpBits) - 1) {
+      return mant ? std::numeric_limits<double>::quiet_NaN()
+                  : sign * std::numeric_limits<double>::infinity();
+    }
+    if (exp == 0) return sign * std::ldexp(mant, 1 - kBias - kMant);
+    return sign * std::ldexp((1 << kMant) + mant, exp - kBias - kMant);
+  }
+
+  static uint16_t from_double(double x) {
+    const uint16_t sign = std::signbit(x) ? 0x8000u : 0;
+    if (std::isnan(x)) return sign | kExpMask | (1u << (kMant - 1));
+    const double a = std::abs(x);
+    if (a == 0) return sign;
+    if (std::isinf(a)) return sign | kExpMask;
+    int e2;
+    std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1): the exponent of a is e2 - 1
+    const int e = std::max(e2 - 1, 1 - kBias);  // subnormals share the smallest exponent
+    // The significand at this exponent, rounded to an integer, ties to even (nearbyint).
+    double m = std::nearbyint(std::ldexp(a, kMant - e));
+    int exp = e + kBias;
+    if (m >= std::ldexp(1.0, kMant + 1)) {  // rounded up to the next binade
+      m /= 2;
+      ++exp;
+    }
+    if (m < std::ldexp(1.0, kMant)) exp = 0;                 // subnormal (or rounded down to 0)
+    if (exp >= (1 << kExpBits) - 1) return sign | kExpMask;  // overflow: infinity
+    const uint16_t frac = static_cast<uint16_t>(static_cast<uint32_t>(m) & ((1u << kMant) - 1));
+    return sign | static_cast<uint16_t>(exp << kMant) | frac;
+  }
+};
+
+template <>
+struct ElementTraits<Half> {
+  using Format = Binary16Format<10, 15>;
+  static constexpr attngen_dtype kDtype = ATTNGEN_F16;
+  static Half poison() { return {0x7e5d}; }  // a quiet NaN with a payload
+  static bool is_poison(Half h) { return h.bits == 0x7e5d; }
+  static double to_double(Half h) { return Format::to_double(h.bits); }
+  static Half from_double(double x) { return {Format::from_double(x)}; }
+};
+
+template <>
+struct ElementTraits<BFloat16> {
+  using Format = Binary16Format<7, 127>;
+  static constexpr attngen_dtype kDtype = ATTNGEN_BF16;
+  static BFloat16 poison() { return {0x7fde}; }  // a quiet NaN with a payload
+  static bool is_poison(BFloat16 h) { return h.bits == 0x7fde; }
+  static double to_double(BFloat16 h) { return Format::to_double(h.bits); }
+  static BFloat16 from_double(double x) { return {Format::from_double(x)}; }
+};
+
 // The contract's error bounds against the float64 reference, per storage dtype: relative L2
 // error <= rel_l2 and, where the contract gives one, max abs error <= abs_per_max * max|V| +
 // abs_floor (abs_per_max 0: no max-abs bound is documented, only the relative L2 one).
@@ -65,8 +132,8 @@ struct Tolerance {
   double abs_floor;
 };
 
-// docs/semantics.md: f32 as checked since the first kernels; f16 and bf16 are the documented
-// targets for storage in those types with f32 accumulation (no such kernel exists yet).
+// docs/semantics.md: f32 in and out; f16 and bf16 storage (inputs, and outputs unless F32) with
+// f32 accumulation. A call's bound is its inputs' dtype's (tolerance_dtype()).
 inline constexpr Tolerance kTolerances[] = {
     {ATTNGEN_F32, 1e-5, 1e-5, 1e-6},
     {ATTNGEN_F16, 5e-3, 0.0, 0.0},
@@ -182,11 +249,10 @@ struct Tensor {
   }
 };
 
-// The tests' float32 storage (the only dtype the kernels take today).
+// The tests' float32 storage.
 using Storage = Tensor<float>;
 
-// A float32 view of an attngen_tensor for the reference, which reads float32; other dtypes
-// would widen their storage to a Tensor<float> first.
+// A float32 view of an attngen_tensor of F32 elements for the reference, which reads float32.
 inline View view_of(const attngen_tensor& t) {
   View w{static_cast<const float*>(t.data), {}, {}};
   for (int d = 0; d < t.rank; ++d) {
@@ -194,6 +260,93 @@ inline View view_of(const attngen_tensor& t) {
     w.strides.push_back(t.strides[d]);
   }
   return w;
+}
+
+// Storage whose element type is chosen at run time (F32, F16 or BF16): the testers' tensors,
+// which take the dtypes of the kernel under test.
+class AnyTensor {
+ public:
+  AnyTensor() = default;
+  AnyTensor(attngen_dtype dtype, std::vector<int64_t> shape, int64_t pad) {
+    init(dtype, std::move(shape), pad);
+  }
+
+  void init(attngen_dtype dtype, std::vector<int64_t> shape, int64_t pad) {
+    switch (dtype) {
+      case ATTNGEN_F16:
+        v_.emplace<Tensor<Half>>();
+        break;
+      case ATTNGEN_BF16:
+        v_.emplace<Tensor<BFloat16>>();
+        break;
+      default:
+        ASSERT_EQ(dtype, ATTNGEN_F32) << "AnyTensor holds F32, F16 or BF16";
+        v_.emplace<Tensor<float>>();
+        break;
+    }
+    std::visit([&](auto& x) { x.init(std::move(shape), pad); }, v_);
+  }
+
+  attngen_tensor& t() {
+    return *std::visit([](auto& x) { return &x.t; }, v_);
+  }
+  const attngen_tensor& t() const {
+    return *std::visit([](const auto& x) { return &x.t; }, v_);
+  }
+  attngen_dtype dtype() const { return t().dtype; }
+  size_t element_bytes() const {
+    return std::visit([](const auto& x) { return sizeof(x.buf[0]); }, v_);
+  }
+
+  void fill_random(std::mt19937_64& rng, double lo, double hi) {
+    std::visit([&](auto& x) { x.fill_random(rng, lo, hi); }, v_);
+  }
+  void fill_integers(std::mt19937_64& rng, int n) {
+    std::visit([&](auto& x) { x.fill_integers(rng, n); }, v_);
+  }
+  std::vector<double> dense() const {
+    return std::visit([](const auto& x) { return x.dense(); }, v_);
+  }
+  int64_t gaps_written() const {
+    return std::visit([](const auto& x) { return x.gaps_written(); }, v_);
+  }
+  bool all_poison() const {
+    return std::visit([](const auto& x) { return x.all_poison(); }, v_);
+  }
+
+  // The whole storage (gaps too) widened to float32, element for element, so that views into it
+  // (fused QKV) keep their offsets and strides: what the reference reads.
+  std::vector<float> widened() const {
+    return std::visit(
+        [](const auto& x) {
+          using Traits = typename std::decay_t<decltype(x)>::Traits;
+          std::vector<float> out(x.buf.size());
+          for (size_t i = 0; i < out.size(); ++i) {
+            out[i] = static_cast<float>(Traits::to_double(x.buf[i]));
+          }
+          return out;
+        },
+        v_);
+  }
+
+  // The reference's view of `t`, a tensor into this storage, in `wide` (widened()).
+  View view_in(const attngen_tensor& sub, const std::vector<float>& wide) const {
+    const auto* base = static_cast<const char*>(t().data);
+    const int64_t offset =
+        (static_cast<const char*>(sub.data) - base) / static_cast<int64_t>(element_bytes());
+    attngen_tensor w = sub;
+    w.data = const_cast<float*>(wide.data() + offset);
+    return view_of(w);
+  }
+
+ private:
+  std::variant<Tensor<float>, Tensor<Half>, Tensor<BFloat16>> v_;
+};
+
+// The dtype whose bound applies to a call: its inputs' (F16 / BF16 storage), whatever the
+// output's.
+inline attngen_dtype tolerance_dtype(attngen_dtype input, attngen_dtype output) {
+  return input != ATTNGEN_F32 ? input : output;
 }
 
 // got against the float64 reference `want` with the tolerance of `dtype`; max_abs_v scales the

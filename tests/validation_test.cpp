@@ -340,8 +340,9 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
   const attngen_kernel_info* real = nullptr;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op == ATTNGEN_OP_ATTENTION && k->head_dim_qk == 64 && k->head_dim_v == 64 &&
-        k->mask == ATTNGEN_MASK_NONE && k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
+    if (k->op == ATTNGEN_OP_ATTENTION && k->dtypes.q == ATTNGEN_F32 && k->head_dim_qk == 64 &&
+        k->head_dim_v == 64 && k->mask == ATTNGEN_MASK_NONE &&
+        k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
         k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse && !k->generic &&
         attngen_kernel_supported(k)) {
       real = k;
@@ -397,6 +398,107 @@ TEST(MhaValidation, HeadsAndWeights) {
   EXPECT_EQ(attngen_mha(&x.t, nullptr, &y.t, &opt), ATTNGEN_ERROR_NULL_POINTER);
   EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, nullptr), ATTNGEN_ERROR_NULL_POINTER);
   for (float f : y.buf) EXPECT_TRUE(is_poison(f));
+}
+
+// Element types: q, k and v share one of F32, F16, BF16, and out has theirs or F32; a linear or
+// mha call has one dtype throughout. Anything else is ATTNGEN_ERROR_DTYPE naming the tensor, its
+// dtype and what was expected, with nothing written.
+class DtypeValidation : public ::testing::Test {
+ protected:
+  // An attention call of these dtypes fails with ATTNGEN_ERROR_DTYPE and `needle`; out, in its
+  // own dtype, still holds poison.
+  void expect_attention_error(attngen_dtype dq, attngen_dtype dk, attngen_dtype dv,
+                              attngen_dtype dout, const std::string& needle) {
+    SCOPED_TRACE(needle);
+    AnyTensor q = input(dq, {2, 5, 4, 64}), k = input(dk, {2, 7, 2, 64}),
+              v = input(dv, {2, 7, 2, 64}), out(dout, {2, 5, 4, 64}, 0);
+    const attngen_status st = attngen_attention(&q.t(), &k.t(), &v.t(), &out.t(), nullptr);
+    EXPECT_EQ(st, ATTNGEN_ERROR_DTYPE) << attngen_status_name(st) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
+    EXPECT_TRUE(out.all_poison()) << "output written on error";
+  }
+
+  // A linear call with x, w, bias and y of these dtypes, likewise.
+  void expect_linear_error(attngen_dtype dx, attngen_dtype dw, attngen_dtype db, attngen_dtype dy,
+                           const std::string& needle) {
+    SCOPED_TRACE(needle);
+    AnyTensor x = input(dx, {2, 3, 8}), w = input(dw, {5, 8}), bias = input(db, {5}),
+              y(dy, {2, 3, 5}, 0);
+    const attngen_status st = attngen_linear(&x.t(), &w.t(), &bias.t(), &y.t());
+    EXPECT_EQ(st, ATTNGEN_ERROR_DTYPE) << attngen_status_name(st) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
+    EXPECT_TRUE(y.all_poison()) << "output written on error";
+  }
+
+  // Random input of this dtype; of an integer dtype, F32 storage described as that dtype (its
+  // elements are no wider).
+  AnyTensor input(attngen_dtype dtype, std::vector<int64_t> shape) {
+    const bool floating = dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16;
+    AnyTensor t(floating ? dtype : ATTNGEN_F32, std::move(shape), 0);
+    t.fill_random(rng, -1, 1);
+    t.t().dtype = dtype;
+    return t;
+  }
+
+  std::mt19937_64 rng{fresh_seed()};
+};
+
+TEST_F(DtypeValidation, Attention) {
+  const attngen_dtype f32 = ATTNGEN_F32, f16 = ATTNGEN_F16, bf16 = ATTNGEN_BF16;
+  expect_attention_error(f16, bf16, f16, f16, "k has dtype BF16, expected F16 (the dtype of q)");
+  expect_attention_error(bf16, bf16, f16, bf16, "v has dtype F16, expected BF16 (the dtype of q)");
+  expect_attention_error(f16, f16, f32, f16, "v has dtype F32, expected F16");
+  expect_attention_error(f16, f16, f16, bf16,
+                         "out has dtype BF16, expected F16 (the dtype of q) or F32");
+  expect_attention_error(f32, f32, f32, f16, "out has dtype F16, expected F32 (the dtype of q)");
+  expect_attention_error(ATTNGEN_I8, f32, f32, f32, "q has dtype I8, expected F32, F16 or BF16");
+  expect_attention_error(f32, f16, f32, f32, "k has dtype F16, expected F32");
+}
+
+TEST_F(DtypeValidation, Linear) {
+  const attngen_dtype f32 = ATTNGEN_F32, f16 = ATTNGEN_F16, bf16 = ATTNGEN_BF16;
+  expect_linear_error(f16, f32, f16, f16, "w has dtype F32, expected F16 (the dtype of x)");
+  expect_linear_error(bf16, bf16, f32, bf16, "bias has dtype F32, expected BF16 (the dtype of x)");
+  expect_linear_error(f16, f16, f16, f32, "y has dtype F32, expected F16 (the dtype of x)");
+  expect_linear_error(f32, f32, f32, bf16, "y has dtype BF16, expected F32 (the dtype of x)");
+  expect_linear_error(ATTNGEN_I32, f32, f32, f32, "x has dtype I32, expected F32, F16 or BF16");
+}
+
+TEST_F(DtypeValidation, Mha) {
+  const int64_t e = 64;
+  AnyTensor x(ATTNGEN_F16, {1, 4, e}, 0), in_w(ATTNGEN_F16, {3 * e, e}, 0),
+      in_b(ATTNGEN_F16, {3 * e}, 0), out_w(ATTNGEN_F16, {e, e}, 0), out_b(ATTNGEN_F16, {e}, 0),
+      y(ATTNGEN_F16, {1, 4, e}, 0);
+  for (AnyTensor* t : {&x, &in_w, &in_b, &out_w, &out_b}) t->fill_random(rng, -0.1, 0.1);
+  attngen_mha_weights w{&in_w.t(), &in_b.t(), &out_w.t(), &out_b.t()};
+  attngen_mha_options opt{};
+  opt.num_heads = 1;
+  const struct {
+    AnyTensor* t;
+    attngen_dtype dtype;
+    const char* needle;
+  } cases[] = {
+      {&in_w, ATTNGEN_BF16, "in_proj_weight has dtype BF16, expected F16 (the dtype of x)"},
+      {&in_b, ATTNGEN_F32, "in_proj_bias has dtype F32, expected F16"},
+      {&out_w, ATTNGEN_F32, "out_proj_weight has dtype F32, expected F16"},
+      {&out_b, ATTNGEN_BF16, "out_proj_bias has dtype BF16, expected F16"},
+      {&y, ATTNGEN_F32, "y has dtype F32, expected F16 (the dtype of x)"},
+      {&x, ATTNGEN_I8, "x has dtype I8, expected F32, F16 or BF16"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.needle);
+    const attngen_dtype saved = c.t->t().dtype;
+    c.t->t().dtype = c.dtype;  // refused before anything reads it
+    EXPECT_EQ(attngen_mha(&x.t(), &w, &y.t(), &opt), ATTNGEN_ERROR_DTYPE) << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(c.needle), std::string::npos)
+        << attngen_last_error();
+    c.t->t().dtype = saved;
+    EXPECT_TRUE(y.all_poison()) << "output written on error";
+  }
+  // The same layer in one dtype runs.
+  EXPECT_EQ(attngen_mha(&x.t(), &w, &y.t(), &opt), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(y.gaps_written(), 0);
 }
 
 TEST(Api, StatusNamesAndThreads) {

@@ -8,6 +8,8 @@
 // tile, so an exact-size cache misses every time. Power-of-two classes
 // were measured faster than an exact-size cache and than glibc (bench/RESULTS.md,
 // "Measurements behind the code's choices").
+#include <cstdlib>
+
 #include "HalideRuntime.h"
 #include "runtime/src/block_cache.h"
 #include "runtime/src/internal.h"
@@ -20,6 +22,24 @@ void install_allocator() {
   // kernel that touches freed scratch memory is caught rather than served from the cache.
   halide_set_custom_malloc(block_cache::allocate);
   halide_set_custom_free(block_cache::release);
+#endif
+}
+
+// The same blocks serve the runtime's own scratch (F32 copies of F16 / BF16 tensors): a call
+// that converts allocates and frees them on the calling thread, like a kernel's task.
+void* scratch_allocate(size_t bytes) {
+#if !defined(__SANITIZE_ADDRESS__)
+  return block_cache::allocate(nullptr, bytes);
+#else
+  return std::malloc(bytes);
+#endif
+}
+
+void scratch_release(void* p) {
+#if !defined(__SANITIZE_ADDRESS__)
+  block_cache::release(nullptr, p);
+#else
+  std::free(p);
 #endif
 }
 

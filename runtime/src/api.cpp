@@ -284,18 +284,19 @@ struct AttentionCall {
   HalideView mask, layout;
 };
 
-// Checks every tensor and option of a call; nothing is written. The element types of q, k, v
-// and out are checked at dispatch, against the kernels' descriptors.
+// Checks every tensor and option of a call; nothing is written. q, k and v share one dtype
+// (F32, F16 or BF16); out has theirs or F32.
 bool validate_attention(Check& c, AttentionCall& call) {
   const attngen_tensor *q = call.q, *k = call.k, *v = call.v;
   attngen_tensor* out = call.out;
   const attngen_attention_options& opt = call.opt;
-  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
-  const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims, false, /*kernel_dtype=*/true};
-  const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims, false, /*kernel_dtype=*/true};
-  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
-  if (!check_tensor(c, q, qs) || !check_tensor(c, k, ks) || !check_tensor(c, v, vs) ||
-      !check_tensor(c, out, os)) {
+  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*floating=*/true};
+  if (!check_tensor(c, q, qs)) return false;
+  const attngen_dtype dt = q->dtype;
+  const TensorSpec ks{"k", dt, 4, kKDims, false, false, "q"};
+  const TensorSpec vs{"v", dt, 4, kVDims, false, false, "q"};
+  const TensorSpec os{"out", dt, 4, kODims, /*output=*/true, false, "q", /*or_f32=*/true};
+  if (!check_tensor(c, k, ks) || !check_tensor(c, v, vs) || !check_tensor(c, out, os)) {
     return false;
   }
   const int64_t batch = call.batch = q->shape[0], seq_q = call.seq_q = q->shape[1];
@@ -361,6 +362,28 @@ bool validate_attention(Check& c, AttentionCall& call) {
     }
   }
   return true;
+}
+
+// The kernel for a call: the one named, or the best that takes the call's own dtypes; where
+// none does (F16 / BF16 tensors with a pattern, an extra output or head dims no kernel of that
+// dtype was built for), the best F32 kernel, and *convert says the call's tensors must be
+// staged in F32 (F32Staging).
+const attngen_kernel_info* select_or_convert(Check& c, KernelQuery query, const char* name,
+                                             bool* convert) {
+  *convert = false;
+  if (name != nullptr || query.dtypes.q == ATTNGEN_F32) return select_kernel(c, query, name);
+  Check native;
+  if (const attngen_kernel_info* k = select_kernel(native, query, nullptr)) return k;
+  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = ATTNGEN_F32;
+  *convert = true;
+  return select_kernel(c, query, nullptr);
+}
+
+// A linear or mha call's query: every tensor of x's dtype (the descriptors' q, k, v and out).
+KernelQuery layer_query(attngen_op op, attngen_dtype dtype) {
+  KernelQuery query{op};
+  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = dtype;
+  return query;
 }
 
 // What the call asks a kernel for (registry.cpp matches it against the descriptors).
@@ -467,22 +490,38 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
   AttentionCall call{q, k, v, out,
                      options != nullptr ? *options : attngen_attention_options_default()};
   if (!validate_attention(c, call)) return finish(c, nullptr);
-  const attngen_kernel_info* kernel = select_kernel(c, attention_query(call), call.opt.kernel);
+  bool convert = false;
+  const attngen_kernel_info* kernel =
+      select_or_convert(c, attention_query(call), call.opt.kernel, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
+  F32Staging staging;
+  attngen_tensor q32, k32, v32, out32;
+  if (convert) {
+    if (!staging.input(c, *q, "q", &q32) || !staging.input(c, *k, "k", &k32) ||
+        !staging.input(c, *v, "v", &v32) || !staging.output(c, *out, "out", &out32)) {
+      return finish(c, nullptr);
+    }
+    call.q = &q32;
+    call.k = &k32;
+    call.v = &v32;
+    call.out = &out32;
+  }
   AttentionViews views;
-  run_kernel(c, kernel, attention_args(call, *kernel, views));
+  if (run_kernel(c, kernel, attention_args(call, *kernel, views)) == ATTNGEN_OK) staging.commit();
   return finish(c, kernel);
 }
 
 attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
                               const attngen_tensor* bias, attngen_tensor* y) {
   Check c;
-  const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
-  const TensorSpec ws{"w", ATTNGEN_F32, 2, kLinearWDims};
-  const TensorSpec bs{"bias", ATTNGEN_F32, 1, kBiasDims};
-  const TensorSpec ys{"y", ATTNGEN_F32, 3, kLinearOutDims, /*output=*/true};
-  if (!check_tensor(c, x, xs) || !check_tensor(c, w, ws) ||
-      (bias != nullptr && !check_tensor(c, bias, bs)) || !check_tensor(c, y, ys)) {
+  const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims, false, /*floating=*/true};
+  if (!check_tensor(c, x, xs)) return finish(c, nullptr);
+  const attngen_dtype dt = x->dtype;  // of every tensor of the call
+  const TensorSpec ws{"w", dt, 2, kLinearWDims, false, false, "x"};
+  const TensorSpec bs{"bias", dt, 1, kBiasDims, false, false, "x"};
+  const TensorSpec ys{"y", dt, 3, kLinearOutDims, /*output=*/true, false, "x"};
+  if (!check_tensor(c, w, ws) || (bias != nullptr && !check_tensor(c, bias, bs)) ||
+      !check_tensor(c, y, ys)) {
     return finish(c, nullptr);
   }
   const int64_t n = w->shape[0];
@@ -494,11 +533,22 @@ attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
       (bias != nullptr && !check_no_alias(c, *y, "y", *bias, "bias"))) {
     return finish(c, nullptr);
   }
-  const attngen_kernel_info* kernel = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
+  bool convert = false;
+  const attngen_kernel_info* kernel =
+      select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, dt), nullptr, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
+  // A missing bias is zeros of the kernel's dtype (all-zero bits in each).
   std::vector<float> zeros(bias == nullptr ? static_cast<size_t>(n) : 0, 0.0f);
-  const attngen_tensor zero_bias = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n);
-  run_linear(c, kernel, *x, *w, bias != nullptr ? *bias : zero_bias, *y);
+  const attngen_tensor zero_bias =
+      attngen_tensor_contiguous(zeros.data(), convert ? ATTNGEN_F32 : dt, 1, &n);
+  attngen_tensor x32 = *x, w32 = *w, b32 = bias != nullptr ? *bias : zero_bias, y32 = *y;
+  F32Staging staging;
+  if (convert && (!staging.input(c, *x, "x", &x32) || !staging.input(c, *w, "w", &w32) ||
+                  (bias != nullptr && !staging.input(c, *bias, "bias", &b32)) ||
+                  !staging.output(c, *y, "y", &y32))) {
+    return finish(c, nullptr);
+  }
+  if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
   return finish(c, kernel);
 }
 
@@ -508,35 +558,47 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
   if (!c.ok()) return finish(c, nullptr);
-  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S") ||
+  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S", /*floating=*/true) ||
       !check_enums(c, options->mask, options->alignment)) {
     return finish(c, nullptr);
   }
   const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
   const attngen_tensor* in_b = weights->in_proj_bias;
   const attngen_tensor* out_b = weights->out_proj_bias;
-  const attngen_tensor& iw = *weights->in_proj_weight;
-  const attngen_tensor& ow = *weights->out_proj_weight;
   std::vector<int32_t> kv_len;
   if (!prepare_kv_len(c, options->kv_len, batch, seq, kv_len)) return finish(c, nullptr);
 
-  KernelQuery query{ATTNGEN_OP_MHA};
+  KernelQuery query = layer_query(ATTNGEN_OP_MHA, x->dtype);
   query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options->num_heads);
   query.mask = options->mask;
-  const attngen_kernel_info* kernel = select_kernel(c, query, options->kernel);
+  bool convert = false;
+  const attngen_kernel_info* kernel = select_or_convert(c, query, options->kernel, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
 
+  // Missing biases are zeros of the kernel's dtype (all-zero bits in each).
+  const attngen_dtype dt = convert ? ATTNGEN_F32 : x->dtype;
   std::vector<float> zeros((in_b == nullptr || out_b == nullptr) ? 3 * embed : 0, 0.0f);
   const int64_t n_in = 3 * embed;
-  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n_in);
-  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &embed);
+  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), dt, 1, &n_in);
+  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), dt, 1, &embed);
+  attngen_tensor x32 = *x, iw = *weights->in_proj_weight, ow = *weights->out_proj_weight, y32 = *y;
+  attngen_tensor ib = in_b != nullptr ? *in_b : zero_in, ob = out_b != nullptr ? *out_b : zero_out;
+  F32Staging staging;
+  if (convert && (!staging.input(c, *x, "x", &x32) ||
+                  !staging.input(c, *weights->in_proj_weight, "in_proj_weight", &iw) ||
+                  (in_b != nullptr && !staging.input(c, *in_b, "in_proj_bias", &ib)) ||
+                  !staging.input(c, *weights->out_proj_weight, "out_proj_weight", &ow) ||
+                  (out_b != nullptr && !staging.input(c, *out_b, "out_proj_bias", &ob)) ||
+                  !staging.output(c, *y, "y", &y32))) {
+    return finish(c, nullptr);
+  }
   HalideView hx, hiw, hib, how, hob, hl, hy;
-  make_view(hx, *x);
+  make_view(hx, x32);
   make_view(hiw, iw);
-  make_view(hib, in_b != nullptr ? *in_b : zero_in);
+  make_view(hib, ib);
   make_view(how, ow);
-  make_view(hob, out_b != nullptr ? *out_b : zero_out);
-  make_view(hy, *y);
+  make_view(hob, ob);
+  make_view(hy, y32);
   make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch));
   attngen_kernel_args args{};
   args.x = &hx.buf;
@@ -549,7 +611,7 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   args.causal = options->mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
   args.num_heads = static_cast<int32_t>(options->num_heads);
   args.out = &hy.buf;
-  run_kernel(c, kernel, args);
+  if (run_kernel(c, kernel, args) == ATTNGEN_OK) staging.commit();
   return finish(c, kernel);
 }
 

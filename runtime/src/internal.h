@@ -1,8 +1,10 @@
 // Internals of the attngen runtime: argument checking and Halide buffer views.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "HalideRuntime.h"
 #include "attngen/attngen.h"
@@ -32,9 +34,12 @@ struct TensorSpec {
   int rank;
   const char* const* dims;
   bool output = false;
-  // A tensor of a kernel whose element type the kernel's descriptor gives (attngen_kernel_info::
-  // dtypes): any floating-point dtype passes here, and dispatch matches it against the kernels'.
-  bool kernel_dtype = false;
+  // The first floating-point tensor of a call: F32, F16 or BF16 (`dtype` unused). The call's
+  // other tensors then expect its dtype, which `dtype_of` names in messages ("q"), and an output
+  // that may also be F32 sets `or_f32`.
+  bool floating = false;
+  const char* dtype_of = nullptr;
+  bool or_f32 = false;
 };
 
 const char* dtype_name(attngen_dtype dtype);
@@ -51,12 +56,13 @@ bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int di
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
                     const attngen_tensor& in, const char* in_name);
 
-// The tensors of an nn.MultiheadAttention layer call: x and y [B, S, E] F32 (S named `seq` in
+// The tensors of an nn.MultiheadAttention layer call: x and y [B, S, E] (S named `seq` in
 // messages: "S" for a forward, "t" for a decode step), in_proj [3E, E] and out_proj [E, E]
 // weights, optional biases [3E] and [E], num_heads dividing E, and y clear of x and every
-// weight.
+// weight. All F32, or with `floating` all of x's dtype (F32, F16 or BF16).
 bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
-                     const attngen_tensor* y, int64_t num_heads, const char* seq);
+                     const attngen_tensor* y, int64_t num_heads, const char* seq,
+                     bool floating = false);
 
 // A Halide view of an attngen tensor: dimensions reversed (innermost first).
 struct HalideView {
@@ -97,6 +103,47 @@ attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 
 // Makes the kernels' scratch memory come from a per-thread cache (allocator.cpp); idempotent.
 void install_allocator();
+
+// The runtime's own scratch memory, from the kernels' allocator (allocator.cpp); nullptr when
+// out of memory.
+void* scratch_allocate(size_t bytes);
+void scratch_release(void* p);
+
+// IEEE conversions between float32 and binary16 / bfloat16 bits (convert.cpp): rounding to
+// nearest even, subnormals kept, overflow to infinity, NaN stays NaN (quiet, sign and leading
+// payload bits kept).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+
+// F32 stand-ins for a call's F16 / BF16 tensors, so that an F32 kernel runs a call no kernel of
+// its own dtypes takes (convert.cpp). Inputs are converted into dense scratch copies; outputs
+// get dense F32 scratch that commit() converts into the caller's tensor once the kernel has
+// succeeded. F32 tensors pass through as they are. Scratch is freed with the staging.
+class F32Staging {
+ public:
+  F32Staging() = default;
+  F32Staging(const F32Staging&) = delete;
+  F32Staging& operator=(const F32Staging&) = delete;
+  ~F32Staging();
+  // The F32 tensor a kernel reads for input `t` (named `name` in messages) or writes for
+  // output `t`, in *f32. ATTNGEN_ERROR_OUT_OF_MEMORY or ATTNGEN_ERROR_TOO_LARGE (an F32 copy
+  // past what a kernel can address) otherwise.
+  bool input(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32);
+  bool output(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32);
+  // Writes the staged outputs into the caller's tensors, converting to their dtypes.
+  void commit();
+
+ private:
+  bool stage(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32);
+  struct Staged {
+    void* scratch;
+    attngen_tensor caller;  // the caller's tensor, for an output
+    bool output;
+  };
+  std::vector<Staged> staged_;
+};
 
 // Threads the kernels run on (attngen_set_num_threads(), or Halide's default).
 int thread_count();

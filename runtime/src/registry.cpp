@@ -372,8 +372,7 @@ const char* attngen_isa(void) {
   for (const attngen::TargetRow& t : attngen::kTargets) {
     // Extension rows add kernels of some dtypes to their base ISA, which this names.
     if (t.preference >= 0 && *t.extends == '\0' &&
-        (best == nullptr || t.preference > best->preference) &&
-        attngen::rt::cpu_has(t.name)) {
+        (best == nullptr || t.preference > best->preference) && attngen::rt::cpu_has(t.name)) {
       best = &t;
     }
   }

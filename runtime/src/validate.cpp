@@ -70,9 +70,13 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
   const bool floating =
       t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 || t->dtype == ATTNGEN_BF16;
-  if (spec.kernel_dtype ? !floating : t->dtype != spec.dtype) {
-    return c.fail(ATTNGEN_ERROR_DTYPE, name + " has dtype " + dtype_name(t->dtype) + ", expected " +
-                                           dtype_name(spec.dtype));
+  if (spec.floating ? !floating
+                    : t->dtype != spec.dtype && !(spec.or_f32 && t->dtype == ATTNGEN_F32)) {
+    std::string expected = spec.floating ? "F32, F16 or BF16" : dtype_name(spec.dtype);
+    if (spec.dtype_of != nullptr) expected += std::string(" (the dtype of ") + spec.dtype_of + ")";
+    if (spec.or_f32 && spec.dtype != ATTNGEN_F32) expected += " or F32";
+    return c.fail(ATTNGEN_ERROR_DTYPE,
+                  name + " has dtype " + dtype_name(t->dtype) + ", expected " + expected);
   }
   if (t->rank != spec.rank) {
     std::string dims;
@@ -209,21 +213,25 @@ void make_view(HalideView& view, const attngen_tensor& t) {
 }
 
 bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
-                     const attngen_tensor* y, int64_t num_heads, const char* seq) {
+                     const attngen_tensor* y, int64_t num_heads, const char* seq, bool floating) {
   static const char* const kInWDims[] = {"3E", "E"};
   static const char* const kInBDims[] = {"3E"};
   static const char* const kOutWDims[] = {"E", "E"};
   static const char* const kOutBDims[] = {"E"};
   const char* const rows_dims[] = {"B", seq, "E"};
-  const TensorSpec xs{"x", ATTNGEN_F32, 3, rows_dims};
-  const TensorSpec iws{"in_proj_weight", ATTNGEN_F32, 2, kInWDims};
-  const TensorSpec ibs{"in_proj_bias", ATTNGEN_F32, 1, kInBDims};
-  const TensorSpec ows{"out_proj_weight", ATTNGEN_F32, 2, kOutWDims};
-  const TensorSpec obs{"out_proj_bias", ATTNGEN_F32, 1, kOutBDims};
-  const TensorSpec ys{"y", ATTNGEN_F32, 3, rows_dims, /*output=*/true};
+  const TensorSpec xs{"x", ATTNGEN_F32, 3, rows_dims, false, floating};
+  if (!check_tensor(c, x, xs)) return false;
+  // The others in x's dtype (F32 unless `floating`).
+  const attngen_dtype dt = x->dtype;
+  const char* of = floating ? "x" : nullptr;
+  const TensorSpec iws{"in_proj_weight", dt, 2, kInWDims, false, false, of};
+  const TensorSpec ibs{"in_proj_bias", dt, 1, kInBDims, false, false, of};
+  const TensorSpec ows{"out_proj_weight", dt, 2, kOutWDims, false, false, of};
+  const TensorSpec obs{"out_proj_bias", dt, 1, kOutBDims, false, false, of};
+  const TensorSpec ys{"y", dt, 3, rows_dims, /*output=*/true, false, of};
   const attngen_tensor* in_b = weights.in_proj_bias;
   const attngen_tensor* out_b = weights.out_proj_bias;
-  if (!check_tensor(c, x, xs) || !check_tensor(c, weights.in_proj_weight, iws) ||
+  if (!check_tensor(c, weights.in_proj_weight, iws) ||
       (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
       !check_tensor(c, weights.out_proj_weight, ows) ||
       (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {

@@ -129,15 +129,24 @@ typedef struct attngen_attention_options {
 attngen_attention_options attngen_attention_options_default(void);
 
 /* O = softmax(mask(scale * Q K^T)) V, BSHD layout:
- * q [B, Sq, Hq, Dqk], k [B, Skv, Hkv, Dqk], v [B, Skv, Hkv, Dv], out [B, Sq, Hq, Dv], all F32,
+ * q [B, Sq, Hq, Dqk], k [B, Skv, Hkv, Dqk], v [B, Skv, Hkv, Dv], out [B, Sq, Hq, Dv],
  * innermost stride 1, any other stride. Hq must be a multiple of Hkv (grouped-query).
+ * Element types: q, k and v share one of F32, F16, BF16; out has theirs or F32 (f16 / bf16
+ * inputs with an f32 output); any other combination is ATTNGEN_ERROR_DTYPE. Scores, softmax and
+ * the weighted sum are computed in F32 whatever the storage; mask tensors stay BOOL or F32, the
+ * weights and lse outputs F32. A call runs on a kernel of its own dtypes wherever one fits; where
+ * none does (a pattern, the extra outputs or head dims no kernel of that dtype was built for),
+ * the runtime converts q, k and v into F32 scratch, runs the F32 kernel (the one
+ * attngen_last_kernel() then names) and rounds its output into out (to nearest even; f16
+ * overflow to infinity), so every valid call runs (docs/semantics.md, "Precision and tolerance").
  * options may be NULL for the defaults. */
 attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
                                  const attngen_tensor* v, attngen_tensor* out,
                                  const attngen_attention_options* options);
 
 /* y = x W^T + b, PyTorch nn.Linear layout: x [B, S, E], w [N, E], bias [N] or NULL,
- * y [B, S, N], all F32. */
+ * y [B, S, N], all of one dtype: F32, F16 or BF16 (the bias too), computed in F32. Converted
+ * through F32 like attngen_attention() where no kernel of that dtype is built. */
 attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
                               const attngen_tensor* bias, attngen_tensor* y);
 
@@ -158,7 +167,9 @@ typedef struct attngen_mha_options {
 } attngen_mha_options;
 
 /* Self-attention layer: y = MHA(x, x, x) as nn.MultiheadAttention(batch_first=True) in
- * inference, x and y [B, S, E], F32. */
+ * inference, x and y [B, S, E]. x, y and every weight and bias share one dtype: F32, F16 or
+ * BF16 (projections, attention and softmax computed in F32). Converted through F32 like
+ * attngen_attention() where no kernel of that dtype fits (e.g. head dims past its buckets). */
 attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
                            attngen_tensor* y, const attngen_mha_options* options);
 
@@ -265,7 +276,8 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
 /* Message of the last call made on this thread ("" after success). */
 const char* attngen_last_error(void);
 
-/* Name of the kernel that the last successful call on this thread ran. */
+/* Name of the kernel that the last successful call on this thread ran (an F32 kernel when the
+ * call's F16 / BF16 tensors were converted for it). */
 const char* attngen_last_kernel(void);
 
 /* Stable name of a status, e.g. "ATTNGEN_ERROR_SHAPE". */

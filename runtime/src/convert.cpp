@@ -1,0 +1,185 @@
+// F16 / BF16 <-> F32: the element conversions, in portable bit manipulation (no _Float16 or
+// F16C needed), and the staging that lets an F32 kernel run a call of F16 / BF16 tensors that no
+// kernel of those dtypes takes (a sparse pattern, the weights output, a head dim past the
+// buckets built in those dtypes): inputs are converted into F32 scratch, the kernel runs, and its
+// F32 output is rounded into the caller's tensor.
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "runtime/src/internal.h"
+
+namespace attngen::rt {
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// One row of n elements: F16 / BF16 / F32 -> F32.
+void row_to_f32(const void* src, attngen_dtype dtype, float* dst, int64_t n) {
+  if (dtype == ATTNGEN_F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* h = static_cast<const uint16_t*>(src);
+  if (dtype == ATTNGEN_F16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+  }
+}
+
+// One row of n elements: F32 -> F16 / BF16 / F32.
+void row_from_f32(const float* src, void* dst, attngen_dtype dtype, int64_t n) {
+  if (dtype == ATTNGEN_F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* h = static_cast<uint16_t*>(dst);
+  if (dtype == ATTNGEN_F16) {
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(src[i]);
+  }
+}
+
+// Calls row(offset of the row in t, in elements, dense row index) for every innermost row of t.
+template <typename Row>
+void for_each_row(const attngen_tensor& t, Row row) {
+  int64_t idx[ATTNGEN_MAX_RANK] = {};
+  const int outer = t.rank - 1;
+  for (int64_t r = 0;; ++r) {
+    int64_t off = 0;
+    for (int d = 0; d < outer; ++d) off += idx[d] * t.strides[d];
+    row(off, r);
+    int d = outer - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));  // Inf, NaN (payload)
+  if (exp != 0) return float_of(sign | ((exp + 112) << 23) | (mant << 13));
+  if (mant == 0) return float_of(sign);
+  // Subnormal, mant * 2^-24: normalise (every one is a normal float32).
+  uint32_t e = 113;
+  while ((mant & 0x400u) == 0) {
+    mant <<= 1;
+    --e;
+  }
+  return float_of(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = bits_of(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u | ((a >> 13) & 0x3ffu);  // NaN, quiet
+  // 65520 (halfway between the largest binary16, 65504, and 2^16) and above round to Inf.
+  if (a >= 0x477ff000u) return sign | 0x7c00u;
+  if (a >= 0x38800000u) {  // a normal binary16 (>= 2^-14): rebias, round the 13 dropped bits
+    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  if (a <= 0x33000000u) return sign;  // at most 2^-25, half the smallest subnormal: to even, 0
+  // A binary16 subnormal m * 2^-24: the float's 24-bit significand shifted right, to even.
+  const uint32_t e = a >> 23;
+  const uint32_t significand = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - e;  // 14 .. 24
+  uint32_t m = significand >> shift;
+  const uint32_t rest = significand & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (m & 1u))) ++m;  // may carry into the smallest normal
+  return static_cast<uint16_t>(sign | m);
+}
+
+float bf16_to_f32(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = bits_of(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
+  // Round the 16 dropped bits to even; a carry moves into the exponent (up to Inf) correctly.
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+F32Staging::~F32Staging() {
+  for (const Staged& s : staged_) scratch_release(s.scratch);
+}
+
+bool F32Staging::stage(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
+  *f32 = t;
+  if (t.dtype == ATTNGEN_F32) return true;
+  int64_t count = 1;
+  for (int d = 0; d < t.rank; ++d) count *= t.shape[d];
+  // A dense F32 copy holds up to twice the bytes of the (validated) tensor: it must still be
+  // addressable by a kernel.
+  if (count > std::numeric_limits<int32_t>::max() / static_cast<int64_t>(sizeof(float))) {
+    return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                  std::string(name) +
+                      " in F32 (for the F32 kernel that runs this call) would span "
+                      "more than 2^31 - 1 bytes, the most a kernel can address");
+  }
+  void* scratch = scratch_allocate(static_cast<size_t>(count) * sizeof(float));
+  if (scratch == nullptr) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(count * 4) +
+                                                   " bytes for " + name + " in F32");
+  }
+  staged_.push_back({scratch, t, false});
+  int64_t shape[ATTNGEN_MAX_RANK];
+  for (int d = 0; d < t.rank; ++d) shape[d] = t.shape[d];
+  *f32 = attngen_tensor_contiguous(scratch, ATTNGEN_F32, t.rank, shape);
+  return true;
+}
+
+bool F32Staging::input(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
+  if (!stage(c, t, name, f32)) return false;
+  if (t.dtype == ATTNGEN_F32) return true;
+  const int64_t n = t.shape[t.rank - 1];
+  const size_t bytes = dtype_size(t.dtype);
+  auto* dst = static_cast<float*>(f32->data);
+  for_each_row(t, [&](int64_t off, int64_t r) {
+    row_to_f32(static_cast<const char*>(t.data) + off * static_cast<int64_t>(bytes), t.dtype,
+               dst + r * n, n);
+  });
+  return true;
+}
+
+bool F32Staging::output(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
+  if (!stage(c, t, name, f32)) return false;
+  if (t.dtype != ATTNGEN_F32) staged_.back().output = true;
+  return true;
+}
+
+void F32Staging::commit() {
+  for (const Staged& s : staged_) {
+    if (!s.output) continue;
+    const attngen_tensor& t = s.caller;
+    const int64_t n = t.shape[t.rank - 1];
+    const size_t bytes = dtype_size(t.dtype);
+    const auto* src = static_cast<const float*>(s.scratch);
+    for_each_row(t, [&](int64_t off, int64_t r) {
+      row_from_f32(src + r * n, static_cast<char*>(t.data) + off * static_cast<int64_t>(bytes),
+                   t.dtype, n);
+    });
+  }
+}
+
+}  // namespace attngen::rt
