@@ -71,7 +71,7 @@ inline constexpr TargetRow kTargets[] = {
      5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
      // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them.
-     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))\t"},
+     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]"},
     // Host code for any x86-64; PTX for sm_80, which the driver JIT-compiles for newer GPUs.
     {Isa::kCuda, "cuda", "x86_64", ATTNGEN_X86_64 "-cuda-cuda_capability_80",
      ATTNGEN_X86_64 "-cuda", 4, 255, 64, "cuda", -1, ""},
