@@ -23,7 +23,7 @@ Expr softmax_exp(const Expr& x) {
 }
 
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
-                                     const KeyBlockVars& vars) {
+                                     const KeyBlockVars& vars, const Func& v_scale) {
   const Var &d = vars.d, &j = vars.key, &kb = vars.kb, &i = vars.row, &h = vars.head,
             &b = vars.batch;
   KeyBlockStats f;
@@ -44,7 +44,9 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
 
   f.block_pv = Func("block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
-  f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * v(d, key, h, b);
+  const Expr p = v_scale.defined() ? f.probs(key, i, h, b) * v_scale(key, h, b)
+                                   : f.probs(key, i, h, b);
+  f.block_pv(d, kb, i, h, b) += p * v(d, key, h, b);
   return f;
 }
 
