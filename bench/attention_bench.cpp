@@ -267,7 +267,7 @@ void set_bandwidth(benchmark::State& state, double bytes) {
 // kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count; the
 // cache's dtype (filled from f32 K and V by the append).
 void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
-            attngen_dtype dtype = ATTNGEN_F32) {
+            attngen_dtype dtype) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   o.dtype = dtype;
   o.layers = 1;
@@ -339,10 +339,10 @@ void register_decode() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   };
-  add("decode/" + describe(llama), decode, llama, 0, 0);
+  add("decode/" + describe(llama), decode, llama, 0, 0, ATTNGEN_F32);
   // The same heads over a cache that fits in L2: the kernel's compute rate, not memory's.
   const DecodeShape resident{1, 1, 32, 8, 128, 128};
-  add("decode/" + describe(resident), decode, resident, 0, 0);
+  add("decode/" + describe(resident), decode, resident, 0, 0, ATTNGEN_F32);
   add("stream_read/" + std::to_string(static_cast<int64_t>(kv_bytes(llama)) >> 20) + "MiB",
       stream_read, kv_bytes(llama), g_threads);
   // Caches of each dtype, each next to a streaming read of its own bytes (the ratios of
@@ -359,9 +359,9 @@ void register_decode() {
   // multi-query attention (1 kv head), where without splits one thread has all the work.
   const DecodeShape mqa{1, 1, 32, 1, 128, 32768};
   for (const DecodeShape& s : {llama, mqa}) {
-    add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2);
-    add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2);
-    add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2);
+    add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2, ATTNGEN_F32);
+    add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2, ATTNGEN_F32);
+    add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2, ATTNGEN_F32);
   }
 }
 

@@ -18,7 +18,7 @@ Expr cached_as_f32(const Expr& x) {
   const Type t = x.type();
   if (t.code() == halide_type_float && t.bits() == 16) {
     const Expr bits = (cast<int32_t>(reinterpret(Int(16), x)) << 13) &
-                      static_cast<int32_t>(0x8fffe000u);  // sign, exponent and mantissa
+                      static_cast<int32_t>(0x8fffe000u);     // sign, exponent and mantissa
     const Expr special = (bits & 0x0fffe000) >= 0x0f800000;  // exponent 31
     return select(special, reinterpret(Float(32), bits | 0x7f800000),
                   reinterpret(Float(32), bits) * 5.192296858534828e33f);  // 2^112

@@ -28,7 +28,7 @@ namespace attngen {
 struct DecodeSpec {
   int head_dim_qk = 64;
   int head_dim_v = 64;
-  int key_block = 64;                        // keys per block of the online softmax
+  int key_block = 64;  // keys per block of the online softmax
   // Element type of the cached K and V: f32, f16 and bf16 are converted to f32 where they are
   // read; i8 is symmetric-quantised with one f32 scale per (slot, kv head) for K and one for V
   // (DecodeInputs::kv_scales), applied to the score and folded into the probabilities.
@@ -39,11 +39,11 @@ struct DecodeSpec {
 };
 
 struct DecodeInputs {
-  Halide::Func q;       // (d, h, i, b) the new queries, BSHD
-  Halide::Func k, v;    // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
+  Halide::Func q;          // (d, h, i, b) the new queries, BSHD
+  Halide::Func k, v;       // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
   Halide::Func kv_scales;  // (c, s, hkv, b) f32, i8 caches only: c = 0 K's scale, 1 V's
-  Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
-  Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)
+  Halide::Func kv_len;     // (b) positions in the cache (after the append of the new tokens)
+  Halide::Func q_len;      // (b) real query rows of sequence b (<= seq_q)
   Halide::Expr seq_q, slots, heads_q, heads_kv;  // slots: extent of k and v along s
   Halide::Expr capacity;  // ring size: slot of position p is p mod capacity (>= slots)
   Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none

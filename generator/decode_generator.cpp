@@ -28,7 +28,7 @@ class Decode : public Generator<Decode> {
   Input<Buffer<>>* v = nullptr;                 // (dv, s, hkv, b) of the cache's type
   // An i8 cache only: (c, s, hkv, b), K's scale (c = 0) and V's (c = 1) of each slot.
   Input<Buffer<float, 4>>* kv_scales = nullptr;
-  Output<Buffer<>>* out = nullptr;              // (dv, h, i, b)
+  Output<Buffer<>>* out = nullptr;  // (dv, h, i, b)
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kDecode);

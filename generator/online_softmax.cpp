@@ -44,8 +44,8 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
 
   f.block_pv = Func("block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
-  const Expr p = v_scale.defined() ? f.probs(key, i, h, b) * v_scale(key, h, b)
-                                   : f.probs(key, i, h, b);
+  const Expr p =
+      v_scale.defined() ? f.probs(key, i, h, b) * v_scale(key, h, b) : f.probs(key, i, h, b);
   f.block_pv(d, kb, i, h, b) += p * v(d, key, h, b);
   return f;
 }

@@ -39,7 +39,7 @@ std::vector<const attngen_kernel_info*> decode_kernels() {
 // The int8 cache's bound against the float64 reference of the unquantised K and V: relative L2
 // error and max abs error / max|V| (docs/semantics.md, "Incremental decoding", has the
 // measurement behind them).
-constexpr double kI8RelL2 = 0.05, kI8MaxAbs = 0.05;
+constexpr double kI8RelL2 = 0.04, kI8MaxAbs = 0.1;
 
 // Owns a cache; destroyed with the test.
 struct Cache {
@@ -198,8 +198,8 @@ void mha_steps_equal_mha_causal(attngen_dtype dtype, double rel_l2, double max_a
     expect_close_f32(got, y_full.dense(), max_abs(want));
     return;
   }
-  const std::vector<double> full = y_full.dense();
-  for (const std::vector<double>* w : {&want, &full}) {
+  const std::vector<double> whole = y_full.dense();
+  for (const std::vector<double>* w : {&want, &whole}) {
     const kv::Error e = kv::measure(got, *w);
     EXPECT_LE(e.rel_l2, rel_l2) << "cache dtype " << dtype;
     EXPECT_LE(e.max_abs, max_abs_rel * max_abs(want)) << "cache dtype " << dtype;
@@ -491,7 +491,6 @@ TEST_F(DecodeValidation, MhaDecodeErrors) {
   expect_error(ATTNGEN_ERROR_CAPACITY, ATTNGEN_ERROR_CAPACITY, "");  // cache untouched
 }
 
-
 // ---- Cache dtypes: f16, bf16 and i8 caches (the kernels' own checks are DecodeKernel above,
 // which runs every built-in decode kernel over a cache of its dtype).
 
@@ -502,10 +501,17 @@ constexpr attngen_dtype kCacheDtypes[] = {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16
 TEST(DecodeCacheDtype, AppendsFromF16AndBf16Inputs) {
   for (attngen_dtype cache : kCacheDtypes) {
     for (attngen_dtype input : {ATTNGEN_F16, ATTNGEN_BF16}) {
-      DecodeTester().batch(2).heads(4, 2).head_dim(64).cache_dtype(cache).input_dtype(input)
-          .prefill(5).new_tokens(2).steps(3).Test();
-      DecodeTester().batch(1).heads(3, 1).head_dim(100, 72).cache_dtype(cache)
-          .input_dtype(input).window(6).steps(20).Test();  // generic kernels, a ring buffer
+      // An i8 cache quantises the f16/bf16 values themselves (no test-side pre-quantisation is
+      // also an f16 value): its bound for unrounded K/V.
+      const auto tester = [&] {
+        DecodeTester t;
+        t.cache_dtype(cache).input_dtype(input);
+        if (cache == ATTNGEN_I8) t.raw_kv(kI8RelL2, kI8MaxAbs);
+        return t;
+      };
+      tester().batch(2).heads(4, 2).head_dim(64).prefill(5).new_tokens(2).steps(3).Test();
+      // Generic kernels, a ring buffer.
+      tester().batch(1).heads(3, 1).head_dim(100, 72).window(6).steps(20).Test();
     }
   }
 }
@@ -518,14 +524,38 @@ TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
   const struct {
     attngen_dtype dtype;
     double rel_l2, max_abs;
-  } cases[] = {{ATTNGEN_F16, 5e-3, 5e-3}, {ATTNGEN_BF16, 2e-2, 2e-2}, {ATTNGEN_I8, kI8RelL2, kI8MaxAbs}};
+  } cases[] = {
+      {ATTNGEN_F16, 5e-3, 5e-3}, {ATTNGEN_BF16, 2e-2, 2e-2}, {ATTNGEN_I8, kI8RelL2, kI8MaxAbs}};
   for (const auto& c : cases) {
-    DecodeTester().batch(2).heads(8, 2).head_dim(128).cache_dtype(c.dtype)
-        .raw_kv(c.rel_l2, c.max_abs).prefill(4).steps(40).Test();
-    DecodeTester().batch(1).heads(8, 2).head_dim(128).cache_dtype(c.dtype).realistic()
-        .raw_kv(c.rel_l2, c.max_abs).prefill(4).steps(60).Test();
-    DecodeTester().batch(1).heads(4, 1).head_dim(64).cache_dtype(c.dtype).realistic()
-        .raw_kv(c.rel_l2, c.max_abs).window(16).steps(50).Test();
+    DecodeTester()
+        .batch(2)
+        .heads(8, 2)
+        .head_dim(128)
+        .cache_dtype(c.dtype)
+        .raw_kv(c.rel_l2, c.max_abs)
+        .prefill(4)
+        .steps(40)
+        .Test();
+    DecodeTester()
+        .batch(1)
+        .heads(8, 2)
+        .head_dim(128)
+        .cache_dtype(c.dtype)
+        .realistic()
+        .raw_kv(c.rel_l2, c.max_abs)
+        .prefill(4)
+        .steps(60)
+        .Test();
+    DecodeTester()
+        .batch(1)
+        .heads(4, 1)
+        .head_dim(64)
+        .cache_dtype(c.dtype)
+        .realistic()
+        .raw_kv(c.rel_l2, c.max_abs)
+        .window(16)
+        .steps(50)
+        .Test();
   }
 }
 
@@ -535,8 +565,17 @@ TEST(DecodeCacheDtype, I8QuantisationError) {
   double worst_rel = 0, worst_abs = 0;
   for (int draw = 0; draw < 4; ++draw) {
     double rel = 0, abs = 0;
-    DecodeTester().batch(1).heads(32, 8).head_dim(128).cache_dtype(ATTNGEN_I8).realistic()
-        .raw_kv(kI8RelL2, kI8MaxAbs).prefill(64).new_tokens(16).steps(12).report(&rel, &abs)
+    DecodeTester()
+        .batch(1)
+        .heads(32, 8)
+        .head_dim(128)
+        .cache_dtype(ATTNGEN_I8)
+        .realistic()
+        .raw_kv(kI8RelL2, kI8MaxAbs)
+        .prefill(64)
+        .new_tokens(16)
+        .steps(12)
+        .report(&rel, &abs)
         .Test();
     worst_rel = std::max(worst_rel, rel);
     worst_abs = std::max(worst_abs, abs);
@@ -565,7 +604,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                             1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f};
   for (attngen_dtype dtype : kCacheDtypes) {
     for (attngen_dtype input : {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16}) {
-      SCOPED_TRACE(std::string("cache ") + std::to_string(dtype) + " input " + std::to_string(input));
+      SCOPED_TRACE(std::string("cache ") + std::to_string(dtype) + " input " +
+                   std::to_string(input));
       attngen_kv_cache_options o = attngen_kv_cache_options_default();
       o.layers = L;
       o.batch = B;
@@ -587,7 +627,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
       Storage k({B, t, H, Dqk}, 0), v({B, t, H, Dv}, 0);
       k.fill_random(rng, -2, 2);
       v.fill_random(rng, -2, 2);
-      for (size_t i = 0; i < std::size(specials) && dtype != ATTNGEN_I8; ++i) k.buf[i] = specials[i];
+      for (size_t i = 0; i < std::size(specials) && dtype != ATTNGEN_I8; ++i)
+        k.buf[i] = specials[i];
       for (int64_t d = 0; d < Dv; ++d) v.set(v.offset({1, 2, 1, d}), 0.0);  // a zero row
       for (int64_t d = 0; d < Dqk; ++d) k.set(k.offset({0, 1, 2, d}), d == 3 ? -100.0 : 0.01);
       std::vector<uint16_t> k16(k.buf.size()), v16(v.buf.size());
@@ -637,7 +678,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                   EXPECT_EQ(scale, amax / 127.0f);
                   const int q = static_cast<int8_t>(at[d]);
                   EXPECT_LE(std::abs(q), 127);
-                  EXPECT_LE(std::abs(q * static_cast<double>(scale) - x[d]), 0.5 * scale * (1 + 1e-6));
+                  // Within half a quantum, plus the f32 rounding of x / scale (up to 127).
+                  EXPECT_LE(std::abs(q * static_cast<double>(scale) - x[d]), (0.5 + 2e-5) * scale);
                   if (amax == 0) EXPECT_EQ(q, 0);
                   if (amax > 0 && std::abs(x[d]) == amax) EXPECT_EQ(std::abs(q), 127);
                 } else {
@@ -659,7 +701,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
 TEST_F(DecodeValidation, DtypeErrors) {
   // Append inputs of a type the cache does not convert from.
   k.t.dtype = ATTNGEN_I8;
-  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "k has dtype I8, expected F32, F16 or BF16");
+  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE,
+               "k has dtype I8, expected F32, F16 or BF16");
   k.t.dtype = ATTNGEN_F32;
   v.t.dtype = ATTNGEN_BOOL;
   expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "v has dtype BOOL");

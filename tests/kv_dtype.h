@@ -50,7 +50,8 @@ inline uint16_t f16_bits(double r) {
   }
   int e = 0;
   const double m = std::frexp(a, &e);  // a = m * 2^e: exponent field e + 14
-  return static_cast<uint16_t>(sign | ((e + 14) << 10) | static_cast<int>(std::ldexp(m, 11) - 1024));
+  return static_cast<uint16_t>(sign | ((e + 14) << 10) |
+                               static_cast<int>(std::ldexp(m, 11) - 1024));
 }
 
 // The bit pattern of a bf16 value (one round_bf16 returns): the upper half of its f32.

@@ -266,9 +266,8 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const int64_t k_src = b * k.strides[0] + i * k.strides[1] + h * k.strides[2];
         const int64_t v_src = b * v.strides[0] + i * v.strides[1] + h * v.strides[2];
         uint8_t* slot_data = cache.data + row * w * esize;
-        const float k_scale =
-            store_row(static_cast<const uint8_t*>(k.data) + k_src * k_size, k.dtype,
-                      o.head_dim_qk, o.dtype, slot_data, tmp.data());
+        const float k_scale = store_row(static_cast<const uint8_t*>(k.data) + k_src * k_size,
+                                        k.dtype, o.head_dim_qk, o.dtype, slot_data, tmp.data());
         const float v_scale =
             store_row(static_cast<const uint8_t*>(v.data) + v_src * v_size, v.dtype, o.head_dim_v,
                       o.dtype, slot_data + o.head_dim_qk * esize, tmp.data());
@@ -310,12 +309,14 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
   const attngen_tensor store = attngen_tensor_contiguous(
       cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
   const char* what = "the cache's storage";
-  if (!(output ? check_no_alias(c, t, name, store, what) : check_no_alias(c, store, what, t, name))) {
+  if (!(output ? check_no_alias(c, t, name, store, what)
+               : check_no_alias(c, store, what, t, name))) {
     return false;
   }
   if (cache.scales == nullptr) return true;
   const attngen_tensor scales = cache_scales(cache, layer, o.capacity);
-  return output ? check_no_alias(c, t, name, scales, what) : check_no_alias(c, scales, what, t, name);
+  return output ? check_no_alias(c, t, name, scales, what)
+                : check_no_alias(c, scales, what, t, name);
 }
 
 }  // namespace attngen::rt

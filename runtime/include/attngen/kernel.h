@@ -57,9 +57,9 @@ typedef struct attngen_kernel_args {
   struct halide_buffer_t* kv_scales;
 } attngen_kernel_args;
 
-/* The version of attngen_kernel_info and attngen_kernel_args (3: kv_scales added). A descriptor carries the version and the struct size
- * of the build that wrote it; the runtime refuses one from an incompatible build
- * (ATTNGEN_ERROR_ABI) instead of misreading it. */
+/* The version of attngen_kernel_info and attngen_kernel_args (3: kv_scales added). A descriptor
+ * carries the version and the struct size of the build that wrote it; the runtime refuses one from
+ * an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
 #define ATTNGEN_KERNEL_ABI_VERSION 3
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input

@@ -86,9 +86,9 @@ int run(void* uc, const attngen_kernel_args* a) {
     for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
       if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
     }
-    halide_buffer_t* const buffers[] = {a->q,         a->k,       a->v,   a->kv_len,  a->mask,
-                                        a->layout,    a->x,       a->w,   a->w2,      a->bias,
-                                        a->bias2,     a->q_len,   a->out, a->weights, a->lse,
+    halide_buffer_t* const buffers[] = {a->q,         a->k,        a->v,        a->kv_len,  a->mask,
+                                        a->layout,    a->x,        a->w,        a->w2,      a->bias,
+                                        a->bias2,     a->q_len,    a->out,      a->weights, a->lse,
                                         a->bool_mask, a->add_mask, a->kv_scales};
     for (halide_buffer_t* buf : buffers) {
       if (buf != nullptr && buf->device != 0) {
