@@ -30,6 +30,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attngen/attngen.h"
@@ -271,17 +272,32 @@ std::string describe(const DecodeShape& s) {
          std::to_string(s.skv);
 }
 
-// Bytes of K and V a decode call reads.
-double kv_bytes(const DecodeShape& s) { return 2.0 * s.b * s.skv * s.hkv * s.d * sizeof(float); }
+// Bytes of K and V a decode call reads from a cache of `dtype` (an I8 cache: and its scales, two
+// floats per slot).
+double kv_bytes(const DecodeShape& s, attngen_dtype dtype = ATTNGEN_F32) {
+  const double slots = static_cast<double>(s.b * s.skv * s.hkv);
+  switch (dtype) {
+    case ATTNGEN_F16:
+    case ATTNGEN_BF16:
+      return slots * 2 * s.d * 2;
+    case ATTNGEN_I8:
+      return slots * (2 * s.d + 2 * sizeof(float));
+    default:
+      return slots * 2 * s.d * sizeof(float);
+  }
+}
 
 void set_bandwidth(benchmark::State& state, double bytes) {
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
 
-// kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count.
-void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads) {
+// kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count; the
+// cache's dtype (filled from f32 K and V by the append).
+void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
+            attngen_dtype dtype) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.dtype = dtype;
   o.layers = 1;
   o.batch = s.b;
   o.heads_kv = s.hkv;
@@ -314,7 +330,7 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
         break;
       }
     }
-    set_bandwidth(state, kv_bytes(s));
+    set_bandwidth(state, kv_bytes(s, dtype));
   }
   if (threads > 0) attngen_set_num_threads(g_threads);
   attngen_kv_cache_destroy(cache);
@@ -351,19 +367,29 @@ void register_decode() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   };
-  add("decode/" + describe(llama), decode, llama, 0, 0);
+  add("decode/" + describe(llama), decode, llama, 0, 0, ATTNGEN_F32);
   // The same heads over a cache that fits in L2: the kernel's compute rate, not memory's.
   const DecodeShape resident{1, 1, 32, 8, 128, 128};
-  add("decode/" + describe(resident), decode, resident, 0, 0);
+  add("decode/" + describe(resident), decode, resident, 0, 0, ATTNGEN_F32);
   add("stream_read/" + std::to_string(static_cast<int64_t>(kv_bytes(llama)) >> 20) + "MiB",
       stream_read, kv_bytes(llama), g_threads);
+  // Caches of each dtype, each next to a streaming read of its own bytes (the ratios of
+  // bench/RESULTS.md, "Decode over f16, bf16 and i8 caches").
+  const std::pair<attngen_dtype, const char*> dtypes[] = {
+      {ATTNGEN_F32, "f32"}, {ATTNGEN_F16, "f16"}, {ATTNGEN_BF16, "bf16"}, {ATTNGEN_I8, "i8"}};
+  for (const auto& [dtype, word] : dtypes) {
+    add(std::string("decode_cache/") + word + "/" + describe(llama), decode, llama, 0, 0, dtype);
+    add(std::string("stream_cache/") + word + "/" +
+            std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
+        stream_read, kv_bytes(llama, dtype), g_threads);
+  }
   // Split-KV against one task per (sequence, kv head), on 2 threads: with 8 kv heads, and with
   // multi-query attention (1 kv head), where without splits one thread has all the work.
   const DecodeShape mqa{1, 1, 32, 1, 128, 32768};
   for (const DecodeShape& s : {llama, mqa}) {
-    add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2);
-    add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2);
-    add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2);
+    add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2, ATTNGEN_F32);
+    add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2, ATTNGEN_F32);
+    add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2, ATTNGEN_F32);
   }
 }
 

@@ -114,4 +114,16 @@ set(ATTNGEN_VARIANTS
     # specialised kernel takes. (D512 on CUDA would need 64 KiB of shared memory a block.)
     "OP decode HEAD_DIM 128 GENERIC"
     "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    # Caches in f16, bf16 and i8 (docs/semantics.md, "Incremental decoding"), read in their type
+    # and converted in registers (i8: per-slot scales on the score and the probability), with
+    # f32 queries: Llama-like head dims, and a generic bucket each so that every head dim up to
+    # 128 runs.
+    "OP decode KV_DTYPE f16 HEAD_DIM 64"
+    "OP decode KV_DTYPE f16 HEAD_DIM 128"
+    "OP decode KV_DTYPE bf16 HEAD_DIM 128"
+    "OP decode KV_DTYPE i8 HEAD_DIM 64"
+    "OP decode KV_DTYPE i8 HEAD_DIM 128"
+    "OP decode KV_DTYPE f16 HEAD_DIM 128 GENERIC"
+    "OP decode KV_DTYPE bf16 HEAD_DIM 128 GENERIC"
+    "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC"
 )

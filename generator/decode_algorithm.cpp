@@ -6,6 +6,31 @@ namespace attngen {
 
 using namespace Halide;
 
+namespace {
+
+// A cached element as f32, converted where it is read. Halide 14 has no F16C path on x86 (f16
+// casts become a long emulation), so f16 is converted here with vector integer and float
+// arithmetic: the sign-extended bits shifted into an f32's place with the sign kept, the
+// exponent rebased by a multiplication by 2^112 (exact for normal and subnormal halves), and
+// exponent 31 (infinity, NaN) made an f32 infinity or NaN. bf16 is a shift, i8 a sign
+// extension and an int -> float conversion.
+Expr cached_as_f32(const Expr& x) {
+  const Type t = x.type();
+  if (t.code() == halide_type_float && t.bits() == 16) {
+    const Expr bits = (cast<int32_t>(reinterpret(Int(16), x)) << 13) &
+                      static_cast<int32_t>(0x8fffe000u);     // sign, exponent and mantissa
+    const Expr special = (bits & 0x0fffe000) >= 0x0f800000;  // exponent 31
+    return select(special, reinterpret(Float(32), bits | 0x7f800000),
+                  reinterpret(Float(32), bits) * 5.192296858534828e33f);  // 2^112
+  }
+  if (t.is_bfloat()) {  // the upper half of an f32 (also what CUDA takes: PTX has no bf16 cast)
+    return reinterpret(Float(32), cast<uint32_t>(reinterpret(UInt(16), x)) << 16);
+  }
+  return cast<float>(x);
+}
+
+}  // namespace
+
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   DecodeFuncs f;
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb, &sp = f.sp;
@@ -31,9 +56,19 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr len = in.kv_len(b);
   const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
   f.k = Func("k_slots");
-  f.k(d, s, hk, b) = pad(in.dqk, cast<float>(in.k(dq, slot, hk, b)));
+  f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(in.k(dq, slot, hk, b)));
   f.v = Func("v_slots");
-  f.v(d, s, hk, b) = pad(in.dv, cast<float>(in.v(dv, slot, hk, b)));
+  f.v(d, s, hk, b) = pad(in.dv, cached_as_f32(in.v(dv, slot, hk, b)));
+  // An i8 cache: K's scale multiplies the score (s = scale * k_scale * q.k_i8), V's the
+  // probability of its key in probs.V (sum of p * v_scale * v_i8); the block sums take the
+  // probabilities as they are.
+  const bool quantised = spec.kv_type == Int(8);
+  if (quantised) {
+    f.k_scale = Func("k_scale");
+    f.k_scale(s, hk, b) = in.kv_scales(0, slot, hk, b);
+    f.v_scale = Func("v_scale");
+    f.v_scale(s, hk, b) = in.kv_scales(1, slot, hk, b);
+  }
 
   // Slot s holds the newest position p < kv_len with p = s (mod capacity); with kv_len <=
   // capacity that is s itself for s < kv_len, and nothing (negative) beyond. Written with a
@@ -56,13 +91,14 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.dot(s, r, hk, b) = 0.0f;
   f.dot(s, r, hk, b) += f.q(f.rd, r, hk, b) * f.k(f.rd, s, hk, b);
   f.scores = Func("scores");
-  f.scores(s, r, hk, b) = select(attend, f.dot(s, r, hk, b) * in.scale, kMaskedScore);
+  const Expr score_scale = quantised ? in.scale * f.k_scale(s, hk, b) : in.scale;
+  f.scores(s, r, hk, b) = select(attend, f.dot(s, r, hk, b) * score_scale, kMaskedScore);
 
   // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
   // max, exps relative to it, their sum and their product with V.
   f.rk = RDom(0, block, "rk");
   const KeyBlockStats stats =
-      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b});
+      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, f.v_scale);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;

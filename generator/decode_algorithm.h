@@ -28,18 +28,22 @@ namespace attngen {
 struct DecodeSpec {
   int head_dim_qk = 64;
   int head_dim_v = 64;
-  int key_block = 64;                        // keys per block of the online softmax
-  Halide::Type kv_type = Halide::Float(32);  // element type of the cached K and V
+  int key_block = 64;  // keys per block of the online softmax
+  // Element type of the cached K and V: f32, f16 and bf16 are converted to f32 where they are
+  // read; i8 is symmetric-quantised with one f32 scale per (slot, kv head) for K and one for V
+  // (DecodeInputs::kv_scales), applied to the score and folded into the probabilities.
+  Halide::Type kv_type = Halide::Float(32);
   // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the cache's
   // are DecodeInputs::dqk / dv, padded with zeros up to these).
   bool generic = false;
 };
 
 struct DecodeInputs {
-  Halide::Func q;       // (d, h, i, b) the new queries, BSHD
-  Halide::Func k, v;    // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
-  Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
-  Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)
+  Halide::Func q;          // (d, h, i, b) the new queries, BSHD
+  Halide::Func k, v;       // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
+  Halide::Func kv_scales;  // (c, s, hkv, b) f32, i8 caches only: c = 0 K's scale, 1 V's
+  Halide::Func kv_len;     // (b) positions in the cache (after the append of the new tokens)
+  Halide::Func q_len;      // (b) real query rows of sequence b (<= seq_q)
   Halide::Expr seq_q, slots, heads_q, heads_kv;  // slots: extent of k and v along s
   Halide::Expr capacity;  // ring size: slot of position p is p mod capacity (>= slots)
   Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none
@@ -57,6 +61,7 @@ struct DecodeFuncs {
   Halide::RDom rs;                // the splits, in the merge
   Halide::Func q;                 // (d, r, hk, b) query row r of kv head hk, row index clamped
   Halide::Func k, v;              // (d, s, hk, b) as float, slot clamped; inline unless staged
+  Halide::Func k_scale, v_scale;  // (s, hk, b) an i8 cache's scales, slot clamped (else undefined)
   Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
   Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows
   Halide::Func dot;               // (s, r, hk, b) raw q.k

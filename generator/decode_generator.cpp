@@ -26,7 +26,9 @@ class Decode : public Generator<Decode> {
   Input<int32_t>* split_keys = nullptr;         // keys per split-KV partial, >= 1
   Input<Buffer<>>* k = nullptr;                 // (d, s, hkv, b) of the cache's type
   Input<Buffer<>>* v = nullptr;                 // (dv, s, hkv, b) of the cache's type
-  Output<Buffer<>>* out = nullptr;              // (dv, h, i, b)
+  // An i8 cache only: (c, s, hkv, b), K's scale (c = 0) and V's (c = 1) of each slot.
+  Input<Buffer<float, 4>>* kv_scales = nullptr;
+  Output<Buffer<>>* out = nullptr;  // (dv, h, i, b)
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kDecode);
@@ -40,6 +42,7 @@ class Decode : public Generator<Decode> {
     split_keys = add_input<int32_t>("split_keys");
     k = add_input<Buffer<>>("k", kv_type, 4);
     v = add_input<Buffer<>>("v", kv_type, 4);
+    if (v_.kv_dtype == attngen::DType::kI8) kv_scales = add_input<Buffer<float, 4>>("kv_scales");
     out = add_output<Buffer<>>("out", t, 4);
   }
 
@@ -52,6 +55,7 @@ class Decode : public Generator<Decode> {
     in.q = attngen::as_f32(*q);
     in.k = *k;
     in.v = *v;
+    if (kv_scales != nullptr) in.kv_scales = *kv_scales;
     in.kv_len = *kv_len;
     in.q_len = *q_len;
     in.seq_q = q->dim(2).extent();
@@ -84,6 +88,10 @@ class Decode : public Generator<Decode> {
     q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
     k->set_estimates({{0, spec.head_dim_qk}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
     v->set_estimates({{0, spec.head_dim_v}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
+    if (kv_scales != nullptr) {
+      kv_scales->dim(0).set_bounds(0, 2);
+      kv_scales->set_estimates({{0, 2}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
+    }
     kv_len->set_estimates({{0, E::kBatch}});
     q_len->set_estimates({{0, E::kBatch}});
     capacity->set_estimate(kSlots);

@@ -186,6 +186,7 @@ int descriptor(int argc, char** argv) {
   feature(t->isa == Isa::kCuda, "kGpu");
   feature(v.generic, "kGeneric");
   feature(v.generic && v.pattern.kind != Pattern::kNone, "kPatternValues");
+  feature(v.op == Op::kDecode && v.kv_dtype == DType::kI8, "kKvScales");
   if (features.empty()) features = "0";
   const PatternSpec& p = v.pattern;
   const char* op = kOps[static_cast<int>(v.op)];

@@ -25,7 +25,8 @@ Expr softmax_exp(const Expr& x) {
 }
 
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
-                                     const KeyBlockVars& vars, int half_chunk) {
+                                     const KeyBlockVars& vars, int half_chunk,
+                                     const Func& v_scale) {
   const Var &d = vars.d, &j = vars.key, &kb = vars.kb, &i = vars.row, &h = vars.head,
             &b = vars.batch;
   KeyBlockStats f;
@@ -47,10 +48,12 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
   f.block_pv = Func("block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
   if (half_chunk <= 0) {
-    f.block_pv(d, kb, i, h, b) += f.probs(key, i, h, b) * v(d, key, h, b);
+    const Expr p =
+        v_scale.defined() ? f.probs(key, i, h, b) * v_scale(key, h, b) : f.probs(key, i, h, b);
+    f.block_pv(d, kb, i, h, b) += p * v(d, key, h, b);
     return f;
   }
-  if (block % half_chunk != 0 || v.output_types().at(0) != Float(16)) {
+  if (block % half_chunk != 0 || v.output_types().at(0) != Float(16) || v_scale.defined()) {
     throw CompileError("attngen: half-precision P.V needs f16 V and chunks (" +
                        std::to_string(half_chunk) + ") dividing the key block (" +
                        std::to_string(block) + ")");

@@ -29,7 +29,8 @@ inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) 
 // V. scores is (key, row, head, batch) and v (d, key, head, batch); the Funcs defined are
 //   block_max (kb, row, head, batch), probs (key, row, head, batch) = exp(score - block max)
 //   (0 where masked), block_sum (kb, row, head, batch), block_pv (d, kb, row, head, batch),
-// summing over the keys kb * block + rk.
+// summing over the keys kb * block + rk. With v_scale (key, head, batch) defined (a quantised V),
+// block_pv sums probs * v_scale * v instead: the scale is folded into the probability of its key.
 struct KeyBlockVars {
   Halide::Var d, key, kb, row, head, batch;
 };
@@ -49,7 +50,8 @@ struct KeyBlockStats {
 // (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance).
 KeyBlockStats define_key_block_stats(const Halide::Func& scores, const Halide::Func& v, int block,
                                      const Halide::RDom& rk, const KeyBlockVars& vars,
-                                     int half_chunk = 0);
+                                     int half_chunk = 0,
+                                     const Halide::Func& v_scale = Halide::Func());
 
 // A running softmax state, or one key block's statistics: the sum of exp(score - max) * v, the
 // max and the sum of exp(score - max). A state with nothing attended yet has a masked max.

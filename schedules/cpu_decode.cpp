@@ -75,6 +75,13 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   f.dot.compute_at(scores, so).reorder_storage(r, s).bound_storage(r, lanes);
   f.dot.reorder(r, s).vectorize(r, lanes, round).unroll(s);
   f.dot.update().reorder(r, s, f.rd).vectorize(r, lanes, round).unroll(s);
+  // A cache of another type (f16, bf16, i8) is converted a key tile at a time with vector
+  // instructions into key_tile x Dqk floats on the stack (L1), which the FMAs above broadcast
+  // from as they do from an f32 cache; converting each element where it is broadcast would be
+  // a scalar load and conversion per K element.
+  if (spec.kv_type != Float(32)) {
+    f.k.compute_at(scores, so).vectorize(d, lanes, TailStrategy::GuardWithIf);
+  }
 
   for (Func g : {f.block_max, f.block_sum}) {
     per_tile(g).bound_storage(f.kb, 1).vectorize(r, lanes, round);

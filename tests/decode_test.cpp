@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,6 +19,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "tests/decode_tester.h"
+#include "tests/kv_dtype.h"
 #include "tests/reference.h"
 #include "tests/shapes.h"
 #include "tests/tensor.h"
@@ -31,6 +35,11 @@ std::vector<const attngen_kernel_info*> decode_kernels() {
   }
   return out;
 }
+
+// The int8 cache's bound against the float64 reference of the unquantised K and V: relative L2
+// error and max abs error / max|V| (docs/semantics.md, "Incremental decoding", has the
+// measurement behind them).
+constexpr double kI8RelL2 = 0.04, kI8MaxAbs = 0.1;
 
 // Owns a cache; destroyed with the test.
 struct Cache {
@@ -55,7 +64,7 @@ class DecodeKernel : public ::testing::TestWithParam<const attngen_kernel_info*>
   DecodeTester base(int64_t batch, int64_t hq, int64_t hkv) const {
     const attngen_kernel_info& k = *GetParam();
     DecodeTester t;
-    t.batch(batch).heads(hq, hkv);
+    t.batch(batch).heads(hq, hkv).cache_dtype(k.dtypes.cache);
     if (k.generic) {
       t.head_dim(k.head_dim_qk - 27, k.head_dim_v / 2 + 3);
     } else {
@@ -125,7 +134,9 @@ INSTANTIATE_TEST_SUITE_P(Builtin, DecodeKernel, ::testing::ValuesIn(decode_kerne
 
 // ---- The MHA layer, one decode step at a time, against attngen_mha() over the whole sequence.
 
-TEST(MhaDecode, StepsEqualMhaCausal) {
+// One decode step at a time over a cache of `dtype`; f32 within the contract's tolerance, other
+// caches (K and V rounded by the cache, not by the test) within rel_l2 / max_abs * max|y|.
+void mha_steps_equal_mha_causal(attngen_dtype dtype, double rel_l2, double max_abs_rel) {
   const int64_t B = 2, S = 23, E = 128, H = 2, prompt = 7;
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -150,6 +161,7 @@ TEST(MhaDecode, StepsEqualMhaCausal) {
   o.heads_kv = H;
   o.head_dim_qk = E / H;
   o.capacity = S;
+  o.dtype = dtype;
   Cache cache;
   ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
   attngen_mha_decode_options opt{};
@@ -181,8 +193,26 @@ TEST(MhaDecode, StepsEqualMhaCausal) {
   EXPECT_EQ(n, 0) << "layer 0 was not used";
   const std::vector<double> want = reference_mha(x.dense(), B, S, E, H, in_w.dense(), in_b.dense(),
                                                  out_w.dense(), out_b.dense(), /*causal=*/true, {});
-  expect_close_f32(got, want, max_abs(want));
-  expect_close_f32(got, y_full.dense(), max_abs(want));
+  if (dtype == ATTNGEN_F32) {
+    expect_close_f32(got, want, max_abs(want));
+    expect_close_f32(got, y_full.dense(), max_abs(want));
+    return;
+  }
+  const std::vector<double> whole = y_full.dense();
+  for (const std::vector<double>* w : {&want, &whole}) {
+    const kv::Error e = kv::measure(got, *w);
+    EXPECT_LE(e.rel_l2, rel_l2) << "cache dtype " << dtype;
+    EXPECT_LE(e.max_abs, max_abs_rel * max_abs(want)) << "cache dtype " << dtype;
+  }
+}
+
+TEST(MhaDecode, StepsEqualMhaCausal) { mha_steps_equal_mha_causal(ATTNGEN_F32, 0, 0); }
+
+// The layer's K and V go into f16 / i8 caches: the storage error only (docs/semantics.md).
+TEST(MhaDecode, F16AndI8Caches) {
+  mha_steps_equal_mha_causal(ATTNGEN_F16, 5e-3, 5e-3);
+  mha_steps_equal_mha_causal(ATTNGEN_BF16, 2e-2, 2e-2);
+  mha_steps_equal_mha_causal(ATTNGEN_I8, kI8RelL2, kI8MaxAbs);
 }
 
 // ---- Errors: named statuses, messages naming the argument, nothing written.
@@ -267,7 +297,7 @@ TEST_F(DecodeValidation, CreateOptions) {
   EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attngen_last_error()).find("options.heads_kv is -3"), std::string::npos);
   bad.heads_kv = kHkv;
-  bad.dtype = ATTNGEN_F16;
+  bad.dtype = ATTNGEN_BOOL;
   EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_DTYPE);
   bad.dtype = ATTNGEN_F32;
   bad.window = 8;  // needs capacity >= 9
@@ -318,8 +348,8 @@ TEST_F(DecodeValidation, AppendErrors) {
     expect_error(append(nullptr, 0), ATTNGEN_ERROR_SHAPE, c.needle);
     c.s->t.shape[c.dim] = saved;
   }
-  k.t.dtype = ATTNGEN_F16;
-  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "k has dtype F16");
+  k.t.dtype = ATTNGEN_I8;
+  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "k has dtype I8");
   k.t.dtype = ATTNGEN_F32;
   // An input overlapping the cache's own storage.
   attngen_tensor inside = k.t;
@@ -459,6 +489,257 @@ TEST_F(DecodeValidation, MhaDecodeErrors) {
   for (float f : y.buf) ASSERT_TRUE(is_poison(f));
   for (float f : y4.buf) ASSERT_TRUE(is_poison(f));
   expect_error(ATTNGEN_ERROR_CAPACITY, ATTNGEN_ERROR_CAPACITY, "");  // cache untouched
+}
+
+// ---- Cache dtypes: f16, bf16 and i8 caches (the kernels' own checks are DecodeKernel above,
+// which runs every built-in decode kernel over a cache of its dtype).
+
+constexpr attngen_dtype kCacheDtypes[] = {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16, ATTNGEN_I8};
+
+// Appends of f16 and bf16 tensors into every cache type: their values, rounded by the cache as
+// the test rounds them, give the f32 result.
+TEST(DecodeCacheDtype, AppendsFromF16AndBf16Inputs) {
+  for (attngen_dtype cache : kCacheDtypes) {
+    for (attngen_dtype input : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      // An i8 cache quantises the f16/bf16 values themselves (no test-side pre-quantisation is
+      // also an f16 value): its bound for unrounded K/V.
+      const auto tester = [&] {
+        DecodeTester t;
+        t.cache_dtype(cache).input_dtype(input);
+        if (cache == ATTNGEN_I8) t.raw_kv(kI8RelL2, kI8MaxAbs);
+        return t;
+      };
+      tester().batch(2).heads(4, 2).head_dim(64).prefill(5).new_tokens(2).steps(3).Test();
+      // Generic kernels, a ring buffer.
+      tester().batch(1).heads(3, 1).head_dim(100, 72).window(6).steps(20).Test();
+    }
+  }
+}
+
+// K and V as they are, not rounded first: the error of storing them in the cache's type. A
+// whole sequence decoded token by token (and a ring buffer) against one full causal pass, f16
+// and bf16 within the contract's bounds for storage in those types, i8 within its documented
+// bound, on uniform and on realistic (outlier-channel) K and V.
+TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
+  const struct {
+    attngen_dtype dtype;
+    double rel_l2, max_abs;
+  } cases[] = {
+      {ATTNGEN_F16, 5e-3, 5e-3}, {ATTNGEN_BF16, 2e-2, 2e-2}, {ATTNGEN_I8, kI8RelL2, kI8MaxAbs}};
+  for (const auto& c : cases) {
+    DecodeTester()
+        .batch(2)
+        .heads(8, 2)
+        .head_dim(128)
+        .cache_dtype(c.dtype)
+        .raw_kv(c.rel_l2, c.max_abs)
+        .prefill(4)
+        .steps(40)
+        .Test();
+    DecodeTester()
+        .batch(1)
+        .heads(8, 2)
+        .head_dim(128)
+        .cache_dtype(c.dtype)
+        .realistic()
+        .raw_kv(c.rel_l2, c.max_abs)
+        .prefill(4)
+        .steps(60)
+        .Test();
+    DecodeTester()
+        .batch(1)
+        .heads(4, 1)
+        .head_dim(64)
+        .cache_dtype(c.dtype)
+        .realistic()
+        .raw_kv(c.rel_l2, c.max_abs)
+        .window(16)
+        .steps(50)
+        .Test();
+  }
+}
+
+// The int8 error on realistic K and V (Llama-like: 32/8 heads of 128, a 256-token sequence)
+// over several fresh draws, reported (ATTNGEN_I8_REPORT=1 prints it) and held to the bound.
+TEST(DecodeCacheDtype, I8QuantisationError) {
+  double worst_rel = 0, worst_abs = 0;
+  for (int draw = 0; draw < 4; ++draw) {
+    double rel = 0, abs = 0;
+    DecodeTester()
+        .batch(1)
+        .heads(32, 8)
+        .head_dim(128)
+        .cache_dtype(ATTNGEN_I8)
+        .realistic()
+        .raw_kv(kI8RelL2, kI8MaxAbs)
+        .prefill(64)
+        .new_tokens(16)
+        .steps(12)
+        .report(&rel, &abs)
+        .Test();
+    worst_rel = std::max(worst_rel, rel);
+    worst_abs = std::max(worst_abs, abs);
+  }
+  if (std::getenv("ATTNGEN_I8_REPORT") != nullptr) {
+    std::printf("i8 cache, realistic K/V: worst relative L2 %.5f, worst max abs / max|V| %.5f\n",
+                worst_rel, worst_abs);
+  }
+  EXPECT_LE(worst_rel, kI8RelL2);
+  EXPECT_LE(worst_abs, kI8MaxAbs);
+}
+
+// The documented storage (attngen.h): K/V in the cache's dtype at
+// ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements, an I8 cache's
+// scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) * capacity + slot) * 2
+// floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot, kv head), from F32, F16
+// and BF16 inputs.
+TEST(KvCacheStorage, LayoutAndConversions) {
+  const int64_t L = 2, B = 2, H = 3, Dqk = 5, Dv = 3, C = 4, t = 3, layer = 1;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Ties, subnormals, overflow, signed zeros, then random values.
+  const float specials[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65519.0f, 65520.0f, -1e-8f,
+                            0x1p-25f,        3 * 0x1p-25f,        0.0f,     -0.0f,    1e30f,
+                            1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f};
+  for (attngen_dtype dtype : kCacheDtypes) {
+    for (attngen_dtype input : {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16}) {
+      SCOPED_TRACE(std::string("cache ") + std::to_string(dtype) + " input " +
+                   std::to_string(input));
+      attngen_kv_cache_options o = attngen_kv_cache_options_default();
+      o.layers = L;
+      o.batch = B;
+      o.heads_kv = H;
+      o.head_dim_qk = Dqk;
+      o.head_dim_v = Dv;
+      o.capacity = C;
+      o.dtype = dtype;
+      const size_t esize = dtype == ATTNGEN_F32 ? 4 : dtype == ATTNGEN_I8 ? 1 : 2;
+      const size_t kv_bytes = size_t{L * B * H * C * (Dqk + Dv)} * esize;
+      const size_t scales_at = (kv_bytes + 63) / 64 * 64;
+      size_t bytes = 0;
+      ASSERT_EQ(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_OK) << attngen_last_error();
+      ASSERT_EQ(bytes, dtype == ATTNGEN_I8 ? scales_at + size_t{L * B * H * C * 2 * 4} : kv_bytes);
+      std::vector<uint64_t> store((bytes + 7) / 8, 0);
+      o.storage = store.data();
+      Cache cache;
+      ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
+      Storage k({B, t, H, Dqk}, 0), v({B, t, H, Dv}, 0);
+      k.fill_random(rng, -2, 2);
+      v.fill_random(rng, -2, 2);
+      for (size_t i = 0; i < std::size(specials) && dtype != ATTNGEN_I8; ++i)
+        k.buf[i] = specials[i];
+      for (int64_t d = 0; d < Dv; ++d) v.set(v.offset({1, 2, 1, d}), 0.0);  // a zero row
+      for (int64_t d = 0; d < Dqk; ++d) k.set(k.offset({0, 1, 2, d}), d == 3 ? -100.0 : 0.01);
+      std::vector<uint16_t> k16(k.buf.size()), v16(v.buf.size());
+      attngen_tensor kt = k.t, vt = v.t;
+      if (input != ATTNGEN_F32) {  // the inputs' values become their rounding to the input type
+        for (Storage* s : {&k, &v}) {
+          for (float& x : s->buf) x = static_cast<float>(kv::round_to(input, x));
+        }
+        for (size_t i = 0; i < k.buf.size(); ++i) {
+          k16[i] = input == ATTNGEN_F16 ? kv::f16_bits(k.buf[i]) : kv::bf16_bits(k.buf[i]);
+        }
+        for (size_t i = 0; i < v.buf.size(); ++i) {
+          v16[i] = input == ATTNGEN_F16 ? kv::f16_bits(v.buf[i]) : kv::bf16_bits(v.buf[i]);
+        }
+        kt.data = k16.data();
+        vt.data = v16.data();
+        kt.dtype = vt.dtype = input;
+      }
+      ASSERT_EQ(attngen_kv_cache_append(cache.cache, layer, &kt, &vt, nullptr), ATTNGEN_OK)
+          << attngen_last_error();
+      const auto* base = reinterpret_cast<const uint8_t*>(store.data());
+      const auto* scales = reinterpret_cast<const float*>(base + scales_at);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t i = 0; i < t; ++i) {
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t row = ((layer * B + b) * H + h) * C + i;
+            for (int part = 0; part < 2; ++part) {
+              const Storage& src = part == 0 ? k : v;
+              const int64_t n = part == 0 ? Dqk : Dv;
+              const uint8_t* at = base + (row * (Dqk + Dv) + (part == 0 ? 0 : Dqk)) * esize;
+              std::vector<float> x(static_cast<size_t>(n));
+              float amax = 0;
+              for (int64_t d = 0; d < n; ++d) {
+                x[d] = src.buf[static_cast<size_t>(src.offset({b, i, h, d}))];
+                amax = std::max(amax, std::abs(x[d]));
+              }
+              const float scale = scales[2 * row + part];
+              for (int64_t d = 0; d < n; ++d) {
+                SCOPED_TRACE("b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
+                             std::to_string(h) + " part " + std::to_string(part) + " d " +
+                             std::to_string(d) + " x " + std::to_string(x[d]));
+                if (dtype == ATTNGEN_F32) {
+                  float got;
+                  std::memcpy(&got, at + 4 * d, 4);
+                  EXPECT_EQ(got, x[d]);
+                } else if (dtype == ATTNGEN_I8) {
+                  EXPECT_EQ(scale, amax / 127.0f);
+                  const int q = static_cast<int8_t>(at[d]);
+                  EXPECT_LE(std::abs(q), 127);
+                  // Within half a quantum, plus the f32 rounding of x / scale (up to 127).
+                  EXPECT_LE(std::abs(q * static_cast<double>(scale) - x[d]), (0.5 + 2e-5) * scale);
+                  if (amax == 0) EXPECT_EQ(q, 0);
+                  if (amax > 0 && std::abs(x[d]) == amax) EXPECT_EQ(std::abs(q), 127);
+                } else {
+                  uint16_t got;
+                  std::memcpy(&got, at + 2 * d, 2);
+                  const uint16_t want = dtype == ATTNGEN_F16 ? kv::f16_bits(kv::round_f16(x[d]))
+                                                             : kv::bf16_bits(kv::round_bf16(x[d]));
+                  EXPECT_EQ(got, want);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DecodeValidation, DtypeErrors) {
+  // Append inputs of a type the cache does not convert from.
+  k.t.dtype = ATTNGEN_I8;
+  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE,
+               "k has dtype I8, expected F32, F16 or BF16");
+  k.t.dtype = ATTNGEN_F32;
+  v.t.dtype = ATTNGEN_BOOL;
+  expect_error(append(nullptr, 0), ATTNGEN_ERROR_DTYPE, "v has dtype BOOL");
+  v.t.dtype = ATTNGEN_F32;
+  // Queries: I8 is no query type; F16 queries have no kernel over this F32 cache.
+  q.t.dtype = ATTNGEN_I8;
+  expect_error(decode(), ATTNGEN_ERROR_DTYPE, "q has dtype I8");
+  q.t.dtype = ATTNGEN_F16;
+  expect_error(decode(), ATTNGEN_ERROR_DTYPE, "q has dtype F16, expected F32");
+  q.t.dtype = ATTNGEN_F32;
+  // Cache dtypes: unknown values and non-storage types.
+  attngen_kv_cache_options bad = o;
+  bad.storage = nullptr;
+  attngen_kv_cache* c = nullptr;
+  bad.dtype = static_cast<attngen_dtype>(42);
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_DTYPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("options.dtype is unknown dtype (42)"),
+            std::string::npos)
+      << attngen_last_error();
+  bad.dtype = ATTNGEN_BOOL;
+  EXPECT_EQ(attngen_kv_cache_create(&bad, &c), ATTNGEN_ERROR_DTYPE);
+  bad.dtype = ATTNGEN_I32;
+  size_t bytes = 0;
+  EXPECT_EQ(attngen_kv_cache_storage_size(&bad, &bytes), ATTNGEN_ERROR_DTYPE);
+  EXPECT_EQ(c, nullptr);
+  // A cache dtype that no kernel of its head dims takes (bf16 kernels stop at 128): named.
+  bad.dtype = ATTNGEN_BF16;
+  bad.head_dim_qk = bad.head_dim_v = 200;
+  Cache big;
+  ASSERT_EQ(attngen_kv_cache_create(&bad, &big.cache), ATTNGEN_OK) << attngen_last_error();
+  Storage k2({kB, 1, kHkv, 200}, 0), q2({kB, 1, kHq, 200}, 0), o2({kB, 1, kHq, 200}, 0);
+  for (Storage* s : {&k2, &q2}) s->fill_random(rng, -1, 1);
+  ASSERT_EQ(attngen_kv_cache_append(big.cache, 0, &k2.t, &k2.t, nullptr), ATTNGEN_OK);
+  EXPECT_EQ(attngen_decode(&q2.t, big.cache, 0, &o2.t, nullptr), ATTNGEN_ERROR_DTYPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("cache has dtype BF16"), std::string::npos)
+      << attngen_last_error();
+  for (float f : o2.buf) ASSERT_TRUE(is_poison(f));
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "tests/decode_tester.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "tests/kv_dtype.h"
 
 namespace attngen::test {
 namespace {
@@ -8,6 +11,55 @@ namespace {
 bool fatal() { return ::testing::Test::HasFatalFailure(); }
 
 size_t at(int64_t b) { return static_cast<size_t>(b); }
+
+const char* dtype_word(attngen_dtype d) {
+  switch (d) {
+    case ATTNGEN_F16:
+      return "f16";
+    case ATTNGEN_BF16:
+      return "bf16";
+    case ATTNGEN_I8:
+      return "i8";
+    default:
+      return "f32";
+  }
+}
+
+// Rounds each row (innermost dimension) of s to what a cache or tensor of `dtype` holds.
+void round_rows(Storage& s, attngen_dtype dtype) {
+  if (dtype == ATTNGEN_F32) return;
+  const int64_t n = s.t.shape[3];
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t b = 0; b < s.t.shape[0]; ++b) {
+    for (int64_t p = 0; p < s.t.shape[1]; ++p) {
+      for (int64_t h = 0; h < s.t.shape[2]; ++h) {
+        const int64_t off = s.offset({b, p, h, 0});
+        for (int64_t d = 0; d < n; ++d) row[at(d)] = static_cast<float>(s.get(off + d));
+        if (dtype == ATTNGEN_I8) {
+          kv::quantise_row(row.data(), n);
+        } else {
+          for (float& x : row) x = static_cast<float>(kv::round_to(dtype, x));
+        }
+        for (int64_t d = 0; d < n; ++d) s.set(off + d, row[at(d)]);
+      }
+    }
+  }
+}
+
+// The same tensor as 16-bit elements of `dtype` (F16 or BF16; values already rounded to it).
+struct Bits16 {
+  std::vector<uint16_t> buf;
+  attngen_tensor t{};
+
+  Bits16(const Storage& s, attngen_dtype dtype) : buf(s.buf.size()), t(s.t) {
+    for (size_t i = 0; i < buf.size(); ++i) {
+      const double x = s.buf[i];
+      buf[i] = dtype == ATTNGEN_F16 ? kv::f16_bits(x) : kv::bf16_bits(x);
+    }
+    t.data = buf.data();
+    t.dtype = dtype;
+  }
+};
 
 // counts as the API takes them: NULL where every sequence takes all t tokens.
 struct Counts {
@@ -64,6 +116,10 @@ std::string DecodeTester::describe() const {
   if (layers_ != 1) s += " layer " + std::to_string(layer_) + "/" + std::to_string(layers_);
   s += " splits " + std::to_string(kv_splits_);
   if (pad_) s += " padded";
+  s += std::string(" cache ") + dtype_word(cache_dtype_);
+  if (input_dtype_ != ATTNGEN_F32) s += std::string(" input ") + dtype_word(input_dtype_);
+  if (realistic_) s += " realistic";
+  if (raw_) s += " raw";
   return s;
 }
 
@@ -128,9 +184,40 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
   r.q.init({batch_, r.longest, hq_, dqk_}, 0);
   r.k.init({batch_, r.longest, hkv_, dqk_}, 0);
   r.v.init({batch_, r.longest, hkv_, dv_}, 0);
-  r.q.fill_random(rng, -1.0, 1.0);
-  r.k.fill_random(rng, -1.0, 1.0);
-  r.v.fill_random(rng, -1.0, 1.0);
+  if (realistic_) {
+    std::normal_distribution<double> normal(0.0, 1.0);
+    // Per kv head and channel: an offset, and a few outlier channels 8x the others.
+    std::vector<double> offset(at(hkv_ * dqk_)), gain(at(hkv_ * dqk_), 1.0);
+    for (double& o : offset) o = 0.5 * normal(rng);
+    std::uniform_int_distribution<int64_t> channel(0, dqk_ - 1);
+    for (int64_t h = 0; h < hkv_; ++h) {
+      for (int i = 0; i < 4; ++i) gain[at(h * dqk_ + channel(rng))] = 8.0;
+    }
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t p = 0; p < r.longest; ++p) {
+        for (int64_t h = 0; h < hq_; ++h) {
+          for (int64_t d = 0; d < dqk_; ++d) r.q.set(r.q.offset({b, p, h, d}), normal(rng));
+        }
+        for (int64_t h = 0; h < hkv_; ++h) {
+          for (int64_t d = 0; d < dqk_; ++d) {
+            const size_t c = at(h * dqk_ + d);
+            r.k.set(r.k.offset({b, p, h, d}), offset[c] + gain[c] * normal(rng));
+          }
+          for (int64_t d = 0; d < dv_; ++d) r.v.set(r.v.offset({b, p, h, d}), normal(rng));
+        }
+      }
+    }
+  } else {
+    r.q.fill_random(rng, -1.0, 1.0);
+    r.k.fill_random(rng, -1.0, 1.0);
+    r.v.fill_random(rng, -1.0, 1.0);
+  }
+  // What the appends take (their input type), and unless raw_kv(), what the cache stores: the
+  // reference sees the same values.
+  for (Storage* s : {&r.k, &r.v}) {
+    round_rows(*s, input_dtype_);
+    if (!raw_) round_rows(*s, cache_dtype_);
+  }
 }
 
 void DecodeTester::create_cache(Run& r) const {
@@ -142,7 +229,7 @@ void DecodeTester::create_cache(Run& r) const {
   o.head_dim_v = dv_;
   o.capacity = r.capacity;
   o.window = window_;
-  o.dtype = Storage::kDtype;
+  o.dtype = cache_dtype_;
   ASSERT_EQ(attngen_kv_cache_create(&o, &r.cache), ATTNGEN_OK) << attngen_last_error();
 }
 
@@ -199,7 +286,13 @@ void DecodeTester::step(Run& r, const std::vector<int32_t>& counts, bool attend,
 void DecodeTester::append(Run& r, const std::vector<int32_t>& counts, const Storage& k,
                           const Storage& v) const {
   const Counts c(counts);
-  const attngen_status st = attngen_kv_cache_append(r.cache, layer_, &k.t, &v.t, c.arg);
+  attngen_status st;
+  if (input_dtype_ == ATTNGEN_F32) {
+    st = attngen_kv_cache_append(r.cache, layer_, &k.t, &v.t, c.arg);
+  } else {
+    const Bits16 k16(k, input_dtype_), v16(v, input_dtype_);
+    st = attngen_kv_cache_append(r.cache, layer_, &k16.t, &v16.t, c.arg);
+  }
   ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
   for (int64_t b = 0; b < batch_; ++b) {
     int64_t n = -1;
@@ -264,7 +357,16 @@ void DecodeTester::compare_with_reference(const Run& r) const {
     all_got.insert(all_got.end(), r.got[at(b)].begin(), r.got[at(b)].end());
     all_want.insert(all_want.end(), want.begin(), want.end());
   }
-  expect_close(all_got, all_want, max_abs(view_of(r.v.t)), Storage::kDtype);
+  const double max_v = max_abs(view_of(r.v.t));
+  const kv::Error e = kv::measure(all_got, all_want);
+  if (report_rel_ != nullptr) *report_rel_ = e.rel_l2;
+  if (report_abs_ != nullptr) *report_abs_ = e.max_abs / max_v;
+  if (raw_) {
+    EXPECT_LE(e.rel_l2, raw_rel_l2_) << "relative L2 error, K/V unrounded";
+    EXPECT_LE(e.max_abs, raw_max_abs_ * max_v) << "max abs error, K/V unrounded";
+  } else {
+    expect_close(all_got, all_want, max_v, ATTNGEN_F32);
+  }
 }
 
 }  // namespace attngen::test

@@ -6,6 +6,12 @@
 // and checks every output row: the attended ones against one full causal pass over the whole
 // sequence (the float64 reference, windowed for a ring buffer), the rows past a sequence's
 // count as 0, the gaps of strided outputs as untouched.
+//
+// Cache dtypes: with cache_dtype(F16 / BF16 / I8) the K and V given to the appends are first
+// rounded (quantised, per row) to what the cache stores, for the reference too, so the result
+// must meet the f32 tolerance; raw_kv(rel_l2, max_abs) gives them unrounded instead and checks
+// the stated bound (the error of the storage type itself). input_dtype(F16 / BF16) appends
+// tensors of that type (their values are the reference's).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -87,6 +93,34 @@ class DecodeTester {
     pad_ = pad;
     return *this;
   }
+  DecodeTester& cache_dtype(attngen_dtype d) {
+    cache_dtype_ = d;
+    return *this;
+  }
+  DecodeTester& input_dtype(attngen_dtype d) {
+    input_dtype_ = d;
+    return *this;
+  }
+  // K and V as they are (not rounded to the cache's type): relative L2 error <= rel_l2 and max
+  // abs error <= max_abs * max|V| against the reference of the unrounded K and V.
+  DecodeTester& raw_kv(double rel_l2, double max_abs) {
+    raw_ = true;
+    raw_rel_l2_ = rel_l2;
+    raw_max_abs_ = max_abs;
+    return *this;
+  }
+  // K and V like a model's rather than uniform: normal, K with a few outlier channels (x8) and
+  // per-channel offsets, as in the keys of trained LLMs (what makes per-token int8 scales coarse).
+  DecodeTester& realistic() {
+    realistic_ = true;
+    return *this;
+  }
+  // Where Test() reports the error it measured (relative L2, max abs / max|V|).
+  DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
+    report_rel_ = rel_l2;
+    report_abs_ = max_abs_per_v;
+    return *this;
+  }
 
   std::string describe() const;
 
@@ -121,6 +155,10 @@ class DecodeTester {
   int64_t steps_ = 1;
   int64_t window_ = -1, capacity_ = 0, layers_ = 1, layer_ = 0, pad_ = 0;
   int32_t kv_splits_ = 0;
+  attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
+  bool raw_ = false, realistic_ = false;
+  double raw_rel_l2_ = 0, raw_max_abs_ = 0;
+  double *report_rel_ = nullptr, *report_abs_ = nullptr;
 };
 
 }  // namespace attngen::test

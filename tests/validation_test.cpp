@@ -344,7 +344,7 @@ TEST_F(AttentionValidation, RealHalideErrorIsCaptured) {
         k->head_dim_v == 64 && k->mask == ATTNGEN_MASK_NONE &&
         k->mask_tensor == ATTNGEN_MASK_TENSOR_NONE && !k->softcap &&
         k->pattern.kind == ATTNGEN_PATTERN_NONE && !k->weights && !k->lse && !k->generic &&
-        attngen_kernel_supported(k)) {
+        k->dtypes.q == ATTNGEN_F32 && attngen_kernel_supported(k)) {
       real = k;
     }
   }

@@ -59,10 +59,11 @@ void run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   }
   // Only the slots some sequence fills are given to the kernel (at least one: extents > 0).
   const int64_t slots = std::clamp<int64_t>(longest, 1, o.capacity);
-  HalideView hq, hk, hv, ho, hl, hn;
+  HalideView hq, hk, hv, ho, hl, hn, hs;
   make_view(hq, q);
   make_view(hk, cache_layer(cache, layer, false, slots));
   make_view(hv, cache_layer(cache, layer, true, slots));
+  if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer, slots));
   make_view(ho, out);
   const int64_t batch = o.batch;
   make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch));
@@ -72,6 +73,7 @@ void run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   args.q = &hq.buf;
   args.k = &hk.buf;
   args.v = &hv.buf;
+  args.kv_scales = cache.scales != nullptr ? &hs.buf : nullptr;
   args.kv_len = &hl.buf;
   args.q_len = &hn.buf;
   args.out = &ho.buf;
@@ -82,12 +84,17 @@ void run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   run_kernel(c, kernel, args);
 }
 
-const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache,
-                                         const char* name) {
+// The decode kernel for the cache's head dims and dtype and the queries' and output's dtypes (a
+// cache dtype no kernel takes: ATTNGEN_ERROR_DTYPE naming the cache).
+const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
+                                         attngen_dtype out, const char* name) {
   KernelQuery query{ATTNGEN_OP_DECODE};
   query.head_dim_qk = static_cast<int>(cache.options.head_dim_qk);
   query.head_dim_v = static_cast<int>(cache.options.head_dim_v);
   query.mask = ATTNGEN_MASK_CAUSAL;
+  query.dtypes.q = q;
+  query.dtypes.out = out;
+  query.dtypes.cache = cache.options.dtype;
   return select_kernel(c, query, name);
 }
 
@@ -108,8 +115,9 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
       options != nullptr ? *options : attngen_decode_options_default();
   if (!check_cache_layer(c, cache, layer)) return finish(c, nullptr);
   const attngen_kv_cache_options& o = cache->options;
-  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims};
-  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true};
+  // q and out of any floating-point dtype here; dispatch finds a kernel that takes them.
+  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
+  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
   if (!check_tensor(c, q, qs) || !check_tensor(c, out, os)) return finish(c, nullptr);
   const int64_t t = q->shape[1], heads_q = q->shape[2];
   if (!check_dim(c, *q, qs, 0, o.batch, "B of the cache") ||
@@ -132,10 +140,10 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
     return finish(c, nullptr);
   }
   if (!check_no_alias(c, *out, "out", *q, "q") ||
-      !check_no_alias(c, *out, "out", cache_storage(*cache, layer), "the cache's storage")) {
+      !check_clear_of_cache(c, *cache, layer, *out, "out", true)) {
     return finish(c, nullptr);
   }
-  const attngen_kernel_info* kernel = select_decode(c, *cache, opt.kernel);
+  const attngen_kernel_info* kernel = select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
   if (kernel == nullptr) return finish(c, nullptr);
   run_decode(c, kernel, *cache, layer, *q, *out, opt.scale, counts, opt.kv_splits);
   return finish(c, kernel);
@@ -173,11 +181,10 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
       !check_append_fits(c, *cache, layer, counts)) {
     return finish(c, nullptr);
   }
-  const attngen_tensor store = cache_storage(*cache, layer);
-  if (!check_no_alias(c, *y, "y", store, "the cache's storage")) return finish(c, nullptr);
+  if (!check_clear_of_cache(c, *cache, layer, *y, "y", true)) return finish(c, nullptr);
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
   const attngen_kernel_info* decode =
-      linear != nullptr ? select_decode(c, *cache, nullptr) : nullptr;
+      linear != nullptr ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr) : nullptr;
   if (decode == nullptr) return finish(c, nullptr);
 
   // in_proj: qkv [B, t, 3E]; q, k and v are views of it, [B, t, H, Dh] each.

@@ -1,13 +1,17 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
-// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V), lengths per layer and
-// sequence, appends with full validation before anything is written.
+// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in the cache's dtype; an
+// I8 cache's scales after all layers), lengths per layer and sequence, appends (converting
+// from F32, F16 or BF16) with full validation before anything is written.
 #include "runtime/src/kv_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <string>
+
+#include "runtime/src/convert.h"
 
 namespace attngen::rt {
 
@@ -30,10 +34,37 @@ int64_t length_of(const attngen_kv_cache& cache, int64_t layer, int64_t b) {
   return cache.lengths[static_cast<size_t>(layer * cache.options.batch + b)];
 }
 
-// Floats of one slot (K then V) and of one layer.
+// Elements of one slot (K then V) and of one layer; bytes of an element.
 int64_t slot_elements(const attngen_kv_cache_options& o) { return o.head_dim_qk + o.head_dim_v; }
 int64_t layer_elements(const attngen_kv_cache_options& o) {
   return o.batch * o.heads_kv * o.capacity * slot_elements(o);
+}
+int64_t element_bytes(const attngen_kv_cache_options& o) {
+  return static_cast<int64_t>(dtype_size(o.dtype));
+}
+// Scales (K's, V's) of one layer of an I8 cache, 2 floats per slot.
+int64_t layer_scales(const attngen_kv_cache_options& o) {
+  return o.batch * o.heads_kv * o.capacity * 2;
+}
+// Byte offset of the scales in the storage: after every layer's K/V, 64-byte aligned.
+size_t scales_offset(const attngen_kv_cache_options& o) {
+  const size_t kv = static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o));
+  return (kv + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+bool is_cache_dtype(attngen_dtype d) {
+  return d == ATTNGEN_F32 || d == ATTNGEN_F16 || d == ATTNGEN_BF16 || d == ATTNGEN_I8;
+}
+
+// The dtypes an append converts from.
+bool check_input_dtype(Check& c, const attngen_tensor* t, const char* name) {
+  if (t == nullptr || t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 ||
+      t->dtype == ATTNGEN_BF16) {
+    return true;  // (NULL is check_tensor's to report)
+  }
+  return c.fail(ATTNGEN_ERROR_DTYPE, std::string(name) + " has dtype " + dtype_name(t->dtype) +
+                                         ", expected F32, F16 or BF16 (the types an append "
+                                         "converts into the cache's)");
 }
 
 // Validates the options (head_dim_v resolved) and computes the storage size in bytes.
@@ -61,9 +92,10 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                                                  std::to_string(s.value) + " exceeds 2^31 - 1");
     }
   }
-  if (o.dtype != ATTNGEN_F32) {
+  if (!is_cache_dtype(o.dtype)) {
     return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(o.dtype) +
-                                           ", expected F32 (the only cached type so far)");
+                                           " (" + std::to_string(static_cast<int>(o.dtype)) +
+                                           "), expected F32, F16, BF16 or I8");
   }
   if (o.window < -1) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
@@ -76,21 +108,28 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                       ", expected >= window + 1 = " + std::to_string(o.window + 1) +
                       " (a ring buffer keeps a whole window)");
   }
-  // A kernel addresses one layer of the cache as one buffer of at most 2^31 - 1 bytes. Every
-  // factor is below 2^31, so the product is checked step by step.
-  int64_t n = o.batch;
-  for (int64_t f : {o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v, int64_t{4}}) {
-    if (n > kMaxIndex / f) {
-      return c.fail(ATTNGEN_ERROR_TOO_LARGE,
-                    "one layer of the cache (B * Hkv * capacity * (Dqk + Dv) * 4 bytes) exceeds "
-                    "2^31 - 1 bytes, the most a kernel can address");
+  // A kernel addresses one layer of the cache (and an I8 cache's scales of one layer) as one
+  // buffer of at most 2^31 - 1 bytes. Every factor is below 2^31, so the product is checked
+  // step by step.
+  const int64_t slot_bytes = (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
+  const bool i8 = o.dtype == ATTNGEN_I8;
+  for (int64_t last : {slot_bytes, i8 ? int64_t{8} : int64_t{1}}) {
+    int64_t n = o.batch;
+    for (int64_t f : {o.heads_kv, o.capacity, last}) {
+      if (n > kMaxIndex / f) {
+        return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                      "one layer of the cache (B * Hkv * capacity * (Dqk + Dv) * element size, "
+                      "and an I8 cache's scales, B * Hkv * capacity * 8 bytes) exceeds "
+                      "2^31 - 1 bytes, the most a kernel can address");
+      }
+      n *= f;
     }
-    n *= f;
+    if (static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / 2 / o.layers) {
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE, "the cache's storage exceeds size_t");
+    }
   }
-  if (static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / o.layers) {
-    return c.fail(ATTNGEN_ERROR_TOO_LARGE, "the cache's storage exceeds size_t");
-  }
-  bytes = static_cast<size_t>(n) * static_cast<size_t>(o.layers);
+  bytes = static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o));
+  if (i8) bytes = scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4;
   return true;
 }
 
@@ -180,12 +219,44 @@ bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
   return true;
 }
 
+namespace {
+
+// One row of n elements of `src` (F32, F16 or BF16) into `dst` of the cache's dtype; an I8 row
+// goes through `tmp` (n floats) and returns its scale.
+float store_row(const void* src, attngen_dtype src_dtype, int64_t n, attngen_dtype dtype,
+                uint8_t* dst, float* tmp) {
+  if (src_dtype == dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(dtype));
+    return 1.0f;
+  }
+  switch (dtype) {
+    case ATTNGEN_F32:
+      for (int64_t i = 0; i < n; ++i) tmp[i] = load_f32(src, src_dtype, i);
+      std::memcpy(dst, tmp, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case ATTNGEN_F16:
+    case ATTNGEN_BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = load_f32(src, src_dtype, i);
+        const uint16_t h = dtype == ATTNGEN_F16 ? f16_from_f32(x) : bf16_from_f32(x);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      break;
+    default:  // I8
+      for (int64_t i = 0; i < n; ++i) tmp[i] = load_f32(src, src_dtype, i);
+      return quantise_i8(tmp, n, reinterpret_cast<int8_t*>(dst));
+  }
+  return 1.0f;
+}
+
+}  // namespace
+
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const std::vector<int32_t>& counts) {
   const attngen_kv_cache_options& o = cache.options;
-  const size_t k_row = static_cast<size_t>(o.head_dim_qk) * sizeof(float);
-  const size_t v_row = static_cast<size_t>(o.head_dim_v) * sizeof(float);
-  const int64_t w = slot_elements(o);
+  const int64_t w = slot_elements(o), esize = element_bytes(o);
+  const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
+  std::vector<float> tmp(static_cast<size_t>(std::max(o.head_dim_qk, o.head_dim_v)));
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[static_cast<size_t>(b)]; ++i) {
@@ -194,9 +265,16 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * o.capacity + slot;
         const int64_t k_src = b * k.strides[0] + i * k.strides[1] + h * k.strides[2];
         const int64_t v_src = b * v.strides[0] + i * v.strides[1] + h * v.strides[2];
-        float* slot_data = cache.data + row * w;
-        std::memcpy(slot_data, static_cast<const float*>(k.data) + k_src, k_row);
-        std::memcpy(slot_data + o.head_dim_qk, static_cast<const float*>(v.data) + v_src, v_row);
+        uint8_t* slot_data = cache.data + row * w * esize;
+        const float k_scale = store_row(static_cast<const uint8_t*>(k.data) + k_src * k_size,
+                                        k.dtype, o.head_dim_qk, o.dtype, slot_data, tmp.data());
+        const float v_scale =
+            store_row(static_cast<const uint8_t*>(v.data) + v_src * v_size, v.dtype, o.head_dim_v,
+                      o.dtype, slot_data + o.head_dim_qk * esize, tmp.data());
+        if (cache.scales != nullptr) {
+          cache.scales[2 * row] = k_scale;
+          cache.scales[2 * row + 1] = v_scale;
+        }
       }
     }
     len += counts[static_cast<size_t>(b)];
@@ -207,17 +285,38 @@ attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool va
                            int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
   const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
-  attngen_tensor t = attngen_tensor_contiguous(
-      cache.data + layer * layer_elements(o) + (values ? o.head_dim_qk : 0), ATTNGEN_F32, 4, shape);
+  const int64_t first = layer * layer_elements(o) + (values ? o.head_dim_qk : 0);
+  attngen_tensor t =
+      attngen_tensor_contiguous(cache.data + first * element_bytes(o), o.dtype, 4, shape);
   t.shape[2] = slots;  // the strides stay those of the full storage
   t.shape[3] = values ? o.head_dim_v : o.head_dim_qk;
   return t;
 }
 
-attngen_tensor cache_storage(const attngen_kv_cache& cache, int64_t layer) {
+attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots) {
+  const attngen_kv_cache_options& o = cache.options;
+  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, 2};
+  attngen_tensor t =
+      attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
+  t.shape[2] = slots;
+  return t;
+}
+
+bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                          const attngen_tensor& t, const char* name, bool output) {
   const attngen_kv_cache_options& o = cache.options;
   const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
-  return attngen_tensor_contiguous(cache.data + layer * layer_elements(o), ATTNGEN_F32, 4, shape);
+  const attngen_tensor store = attngen_tensor_contiguous(
+      cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
+  const char* what = "the cache's storage";
+  if (!(output ? check_no_alias(c, t, name, store, what)
+               : check_no_alias(c, store, what, t, name))) {
+    return false;
+  }
+  if (cache.scales == nullptr) return true;
+  const attngen_tensor scales = cache_scales(cache, layer, o.capacity);
+  return output ? check_no_alias(c, t, name, scales, what)
+                : check_no_alias(c, scales, what, t, name);
 }
 
 }  // namespace attngen::rt
@@ -270,10 +369,10 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
     return finish(c, nullptr);
   }
   if (o.storage != nullptr) {
-    kv->data = static_cast<float*>(o.storage);
+    kv->data = static_cast<uint8_t*>(o.storage);
   } else {
     kv->owned = true;
-    kv->data = static_cast<float*>(aligned_storage(bytes));
+    kv->data = static_cast<uint8_t*>(aligned_storage(bytes));
     o.storage = kv->data;
     if (kv->data == nullptr) {
       attngen_kv_cache_destroy(kv);
@@ -282,6 +381,7 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
       return finish(c, nullptr);
     }
   }
+  if (o.dtype == ATTNGEN_I8) kv->scales = reinterpret_cast<float*>(kv->data + scales_offset(o));
   kv->options = o;
   *cache = kv;
   return finish(c, nullptr);
@@ -299,8 +399,9 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
   Check c;
   if (!check_cache_layer(c, cache, layer)) return finish(c, nullptr);
   const attngen_kv_cache_options& o = cache->options;
-  const TensorSpec ks{"k", ATTNGEN_F32, 4, kKDims};
-  const TensorSpec vs{"v", ATTNGEN_F32, 4, kVDims};
+  if (!check_input_dtype(c, k, "k") || !check_input_dtype(c, v, "v")) return finish(c, nullptr);
+  const TensorSpec ks{"k", k != nullptr ? k->dtype : ATTNGEN_F32, 4, kKDims};
+  const TensorSpec vs{"v", v != nullptr ? v->dtype : ATTNGEN_F32, 4, kVDims};
   if (!check_tensor(c, k, ks) || !check_tensor(c, v, vs)) return finish(c, nullptr);
   const int64_t t = k->shape[1];
   if (!check_dim(c, *k, ks, 0, o.batch, "B of the cache") ||
@@ -317,9 +418,8 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
     return finish(c, nullptr);
   }
   // The inputs must not overlap the layer's storage they are copied into.
-  const attngen_tensor store = cache_storage(*cache, layer);
-  if (!check_no_alias(c, store, "the cache's storage", *k, "k") ||
-      !check_no_alias(c, store, "the cache's storage", *v, "v")) {
+  if (!check_clear_of_cache(c, *cache, layer, *k, "k", false) ||
+      !check_clear_of_cache(c, *cache, layer, *v, "v", false)) {
     return finish(c, nullptr);
   }
   append_rows(*cache, layer, *k, *v, n);

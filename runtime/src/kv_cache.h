@@ -9,9 +9,10 @@
 
 struct attngen_kv_cache {
   attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
-  float* data = nullptr;             // [layers, B, Hkv, capacity, Dqk + Dv]: K then V per slot
-  bool owned = false;                // storage allocated by the cache
-  std::vector<int64_t> lengths;      // [layers, B]: positions appended so far
+  uint8_t* data = nullptr;  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot
+  float* scales = nullptr;  // I8 only: [layers, B, Hkv, capacity, 2], K's scale then V's
+  bool owned = false;       // storage allocated by the cache
+  std::vector<int64_t> lengths;  // [layers, B]: positions appended so far
 };
 
 namespace attngen::rt {
@@ -32,17 +33,23 @@ bool check_append_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
 bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
                        const std::vector<int32_t>& counts);
 
-// Copies the first counts[b] rows of k and v ([B, t, Hkv, D], already validated) into the
-// layer's slots. Cannot fail.
+// Converts the first counts[b] rows of k and v ([B, t, Hkv, D] of F32, F16 or BF16, already
+// validated) into the layer's slots, in the cache's dtype (an I8 cache: quantised, with their
+// scales). Cannot fail.
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const std::vector<int32_t>& counts);
 
-// One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] (slots <= capacity) whose
-// slots are Dqk + Dv apart: K and V of a slot are adjacent in the storage.
+// One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] of the cache's dtype
+// (slots <= capacity) whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the
+// storage.
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots);
 
-// One layer's whole storage, [B, Hkv, capacity, Dqk + Dv] (for overlap checks).
-attngen_tensor cache_storage(const attngen_kv_cache& cache, int64_t layer);
+// An I8 cache's scales of one layer, F32 [B, Hkv, slots, 2] (K's, V's), strides of the whole.
+attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots);
+
+// `t` (named `name`) must not overlap the layer's storage (its K/V and, for I8, its scales).
+bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                          const attngen_tensor& t, const char* name, bool output);
 
 }  // namespace attngen::rt

@@ -283,12 +283,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!fits_shape(*k, query)) continue;
+    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(k->isa) < 0) {
+      continue;  // a GPU kernel copies host buffers each call: used only when asked for
+    }
+    // (Only kernels of an admitted ISA make a dtype error: a call whose ISA has no kernel at all
+    // is NO_KERNEL, even where another ISA has one of other dtypes.)
     if (!fits(*k, query)) {
       if (other_dtypes == nullptr) other_dtypes = k;
       continue;
-    }
-    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(k->isa) < 0) {
-      continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
     if (!attngen_kernel_supported(k)) {
       unsupported_fit = true;

@@ -176,12 +176,20 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
 /* ---- Incremental decoding: a KV cache, and attention of new tokens over it ----
  *
  * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
- * so far (docs/semantics.md, "Incremental decoding"). Its storage layout is what the decode
- * kernels read: per layer [B, Hkv, capacity, Dqk + Dv], densely packed, layers one after the
- * other, each slot holding its K (Dqk floats) and then its V (Dv floats), so that attending
- * streams through one contiguous range per kv head:
- *   K[d] of (layer, b, h, s) at ((((layer * B + b) * Hkv + h) * capacity + s) * (Dqk + Dv) + d,
- *   V[d] at the same offset + Dqk.
+ * so far (docs/semantics.md, "Incremental decoding"), in its dtype: F32, F16, BF16 (rounded to
+ * nearest even by the append) or I8 (symmetric quantisation, one F32 scale per slot and kv head
+ * for K and one for V). Its storage layout is what the decode kernels read, in that dtype:
+ * per layer [B, Hkv, capacity, Dqk + Dv] elements, densely packed, layers one after the
+ * other, each slot holding its K (Dqk elements) and then its V (Dv elements), so that
+ * attending streams through one contiguous range per kv head:
+ *   K[d] of (layer, b, h, s) at element ((((layer * B + b) * Hkv + h) * capacity + s) * (Dqk +
+ *   Dv) + d, V[d] at the same element + Dqk.
+ * An I8 cache then holds its scales, from the first 64-byte boundary after every layer's K and
+ * V, as F32 [layers, B, Hkv, capacity, 2]: at float (((layer * B + b) * Hkv + h) * capacity +
+ * s) * 2 K's scale and V's after it. Element d of K is q[d] * scale (q the stored int8, scale =
+ * max|K row| / 127, q = round(K / scale) in [-127, 127]; a row of zeros has scale 0, a row
+ * holding an infinity or NaN a NaN scale); the kernels apply K's scale to the score and fold V's
+ * into the attention weight of its position, and never dequantise the cache into a copy.
  * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
  * A cache is not synchronised: calls on one cache must not run concurrently. */
 typedef struct attngen_kv_cache attngen_kv_cache;
@@ -193,7 +201,7 @@ typedef struct attngen_kv_cache_options {
   int64_t head_dim_qk; /* Dqk */
   int64_t head_dim_v;  /* Dv; 0: Dqk */
   int64_t capacity;    /* slots per layer and sequence */
-  attngen_dtype dtype; /* of the stored K and V: ATTNGEN_F32 */
+  attngen_dtype dtype; /* of the stored K and V: ATTNGEN_F32, F16, BF16 or I8 (see above) */
   /* -1: no window; the cache holds positions 0 .. capacity - 1, and appending beyond is
    * ATTNGEN_ERROR_CAPACITY. L >= 0: a sliding-window model whose query at position p attends
    * positions p - L .. p; the cache is a ring buffer keeping the last `capacity` positions
@@ -208,7 +216,7 @@ typedef struct attngen_kv_cache_options {
 /* All zero but window = -1 and dtype = ATTNGEN_F32. */
 attngen_kv_cache_options attngen_kv_cache_options_default(void);
 
-/* Bytes of storage (K and V) that a cache with these options needs. */
+/* Bytes of storage (K and V, and an I8 cache's scales) that a cache with these options needs. */
 attngen_status attngen_kv_cache_storage_size(const attngen_kv_cache_options* options,
                                              size_t* bytes);
 
@@ -219,7 +227,8 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
 /* Frees the cache (and its storage, if it owns it). NULL is a no-op. */
 void attngen_kv_cache_destroy(attngen_kv_cache* cache);
 
-/* Appends t new tokens of one layer: k [B, t, Hkv, Dqk], v [B, t, Hkv, Dv], F32, innermost
+/* Appends t new tokens of one layer: k [B, t, Hkv, Dqk], v [B, t, Hkv, Dv], each F32, F16 or
+ * BF16 (converted to the cache's dtype as above; another dtype is ATTNGEN_ERROR_DTYPE), innermost
  * stride 1 (views into a fused QKV buffer work). counts, optional I32 [B] with values in
  * [0, t]: sequence b appends only its first counts[b] rows (NULL: all t), so a batch may hold
  * sequences of different lengths. On any error nothing is appended. */
@@ -252,7 +261,10 @@ attngen_decode_options attngen_decode_options_default(void);
  * (append the new tokens' K and V first), bottom-right causal: query i of sequence b sits at
  * position n_b - counts[b] + i, n_b being the sequence's length, and attends positions up to
  * its own (and no further back than the cache's window). out [B, t, Hq, Dv], F32; rows
- * i >= counts[b] are 0. Hq must be a multiple of the cache's Hkv (grouped-query). */
+ * i >= counts[b] are 0. Hq must be a multiple of the cache's Hkv (grouped-query). q and out are
+ * F32 with a cache of any dtype (the kernels read the cache in its dtype); a dtype of q, out or
+ * the cache that no generated kernel takes for the cache's head dims is ATTNGEN_ERROR_DTYPE,
+ * naming it. */
 attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
                               attngen_tensor* out, const attngen_decode_options* options);
 

@@ -33,8 +33,8 @@ typedef enum attngen_mask_tensor_kind {
  * linear:    x, w, bias -> out
  * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out
  * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
- *            apart, K and V interleaved), kv_len, q_len,
- *            capacity, window, scale, split_keys -> out */
+ *            apart, K and V interleaved, of the cache's dtype), kv_len, q_len,
+ *            capacity, window, scale, split_keys, kv_scales (an I8 cache's) -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
   struct halide_buffer_t *x, *w, *bias, *w2, *bias2;
@@ -53,12 +53,14 @@ typedef struct attngen_kernel_args {
   struct halide_buffer_t *bool_mask, *add_mask;
   attngen_pattern pattern; /* a generic pattern kernel's parameters (its layout: `layout`) */
   int32_t num_heads;       /* a generic mha kernel's head count (its head dim E / num_heads) */
+  /* decode over an I8 cache: F32 [B, Hkv, slots, 2], each slot's K scale then its V scale */
+  struct halide_buffer_t* kv_scales;
 } attngen_kernel_args;
 
-/* The version of attngen_kernel_info below. A descriptor carries the version and the struct size
- * of the build that wrote it; the runtime refuses one from an incompatible build
- * (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 2
+/* The version of attngen_kernel_info and attngen_kernel_args (3: kv_scales added). A descriptor
+ * carries the version and the struct size of the build that wrote it; the runtime refuses one from
+ * an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
+#define ATTNGEN_KERNEL_ABI_VERSION 3
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the

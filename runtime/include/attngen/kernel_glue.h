@@ -20,6 +20,7 @@ enum Feature : int {
   kGpu = 16,            // a GPU kernel: see run()
   kGeneric = 32,        // a generic attention kernel: run-time options before out
   kPatternValues = 64,  // a generic pattern kernel: the pattern's parameters after them
+  kKvScales = 128,      // a decode kernel over an I8 cache: its scales after v
 };
 
 template <bool Present, typename T>
@@ -63,8 +64,11 @@ int call(void* uc, const attngen_kernel_args* a) {
   } else if constexpr (Op == ATTNGEN_OP_LINEAR) {
     return Fn(uc, a->x, a->w, a->bias, a->out);
   } else if constexpr (Op == ATTNGEN_OP_DECODE) {
-    return Fn(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale, a->split_keys, a->k,
-              a->v, a->out);
+    return std::apply(
+        Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window,
+                                           a->scale, a->split_keys, a->k, a->v),
+                           optional_arg<(Features & kKvScales) != 0>(a->kv_scales),
+                           std::make_tuple(a->out)));
   } else if constexpr ((Features & kGeneric) != 0) {
     return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0,
               a->causal != 0, a->num_heads, a->out);
@@ -82,10 +86,10 @@ int run(void* uc, const attngen_kernel_args* a) {
     for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
       if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
     }
-    halide_buffer_t* const buffers[] = {a->q,         a->k,       a->v,   a->kv_len,  a->mask,
-                                        a->layout,    a->x,       a->w,   a->w2,      a->bias,
-                                        a->bias2,     a->q_len,   a->out, a->weights, a->lse,
-                                        a->bool_mask, a->add_mask};
+    halide_buffer_t* const buffers[] = {a->q,         a->k,        a->v,        a->kv_len,  a->mask,
+                                        a->layout,    a->x,        a->w,        a->w2,      a->bias,
+                                        a->bias2,     a->q_len,    a->out,      a->weights, a->lse,
+                                        a->bool_mask, a->add_mask, a->kv_scales};
     for (halide_buffer_t* buf : buffers) {
       if (buf != nullptr && buf->device != 0) {
         const int freed = halide_device_free(uc, buf);
