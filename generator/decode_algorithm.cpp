@@ -98,7 +98,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // max, exps relative to it, their sum and their product with V.
   f.rk = RDom(0, block, "rk");
   const KeyBlockStats stats =
-      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, f.v_scale);
+      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, 0, f.v_scale);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
