@@ -13,7 +13,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
-#include "runtime/src/internal.h"
+#include "runtime/src/convert.h"
 #include "tests/attention_tester.h"
 #include "tests/tensor.h"
 

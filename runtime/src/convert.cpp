@@ -7,23 +7,15 @@
 #include <limits>
 #include <string>
 
+#include "runtime/src/convert.h"
 #include "runtime/src/internal.h"
 
 namespace attngen::rt {
 
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+uint32_t bits_of(float f) { return f32_bits(f); }
+float float_of(uint32_t u) { return f32_from_bits(u); }
 
 // One row of n elements: F16 / BF16 / F32 -> F32.
 void row_to_f32(const void* src, attngen_dtype dtype, float* dst, int64_t n) {

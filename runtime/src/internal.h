@@ -109,14 +109,6 @@ void install_allocator();
 void* scratch_allocate(size_t bytes);
 void scratch_release(void* p);
 
-// IEEE conversions between float32 and binary16 / bfloat16 bits (convert.cpp): rounding to
-// nearest even, subnormals kept, overflow to infinity, NaN stays NaN (quiet, sign and leading
-// payload bits kept).
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
-
 // F32 stand-ins for a call's F16 / BF16 tensors, so that an F32 kernel runs a call no kernel of
 // its own dtypes takes (convert.cpp). Inputs are converted into dense scratch copies; outputs
 // get dense F32 scratch that commit() converts into the caller's tensor once the kernel has

@@ -238,7 +238,7 @@ float store_row(const void* src, attngen_dtype src_dtype, int64_t n, attngen_dty
     case ATTNGEN_BF16:
       for (int64_t i = 0; i < n; ++i) {
         const float x = load_f32(src, src_dtype, i);
-        const uint16_t h = dtype == ATTNGEN_F16 ? f16_from_f32(x) : bf16_from_f32(x);
+        const uint16_t h = dtype == ATTNGEN_F16 ? f32_to_f16(x) : f32_to_bf16(x);
         std::memcpy(dst + 2 * i, &h, 2);
       }
       break;
