@@ -31,14 +31,14 @@ import common  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = (1, 16, 2048, 64)  # B, H, S, D
-NAME = re.compile(r"^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_(avx512bf16|avx512)/B1_H16_S2048$")
+NAME = re.compile(r"^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_(avx512bf16|avx512)/B1_H16_S2048/real_time$")
 
 
 def run_attngen(bench, threads, min_time):
     """ms per (dtype, mask, isa) from one attngen_bench process."""
     cmd = [bench, f"--threads={threads}",
            "--benchmark_filter=^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_avx512(bf16)?/"
-           "B1_H16_S2048$", f"--benchmark_min_time={min_time}", "--benchmark_format=json"]
+           "B1_H16_S2048/real_time$", f"--benchmark_min_time={min_time}", "--benchmark_format=json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     got = {}
     for r in json.loads(out)["benchmarks"]:

@@ -24,6 +24,22 @@ Expr softmax_exp(const Expr& x) {
   return two_n * p;
 }
 
+Expr softmax_exp_bf16(const Expr& x) {
+  Expr xc = max(x, -88.0f);
+  // t's low mantissa bits hold round(xc / ln 2) (to nearest even, |xc / ln 2| < 2^22). Strict,
+  // so that neither Halide nor LLVM reassociates (y + M) - M into y or r into t * ln 2 - M * ln 2
+  // (which cancels catastrophically).
+  const float magic = 12582912.0f;  // 1.5 * 2^23
+  Expr t = strict_float(xc * 1.44269504f + magic);
+  Expr r = strict_float(xc - (t - magic) * 0.693147181f);
+  // Fitted on [-ln 2 / 2, ln 2 / 2] for least maximum relative error, p(0) = 1.
+  Expr p = ((0.16517978f * r + 0.50413046f) * r + 1.00019584f) * r + 1.0f;
+  // 2^n as a bit pattern: n + 127 in the exponent field; the magic's own bits cancel.
+  Expr two_n = reinterpret(
+      Float(32), (reinterpret(Int(32), t) - reinterpret(Int(32), Expr(magic)) + 127) << 23);
+  return two_n * p;
+}
+
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
                                      const KeyBlockVars& vars, int half_chunk,
                                      const Func& v_scale) {

@@ -19,6 +19,11 @@ inline Halide::Expr is_masked(const Halide::Expr& score) { return score <= kMask
 // exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
 // would underflow (x <= -88) exactly 0.
 Halide::Expr softmax_exp(const Halide::Expr& x);
+// exp(x) for x <= 0 where the result is rounded to bf16 next (relative error 2^-9): a cubic
+// (relative error 1.0e-4) and the power of two's exponent by adding 1.5 * 2^23, which rounds to
+// an integer without a round instruction (AVX-512 has none on 16 lanes in Halide 14's x86
+// codegen: vroundps on two halves). Also 0 for x <= -88.
+Halide::Expr softmax_exp_bf16(const Halide::Expr& x);
 
 // acc / sum, or 0 where nothing was attended (sum 0).
 inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) {
