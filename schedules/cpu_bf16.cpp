@@ -54,20 +54,7 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
   Var ro("ro"), ri("ri");
 
   Func out = f.out;
-  out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ii, io, h, b)
-      .vectorize(vi)
-      .unroll(vo)
-      .parallel(b)
-      .parallel(h)
-      .rename(io, task);
-  if (t.parallel_grain > 1) {
-    Var job("job");
-    out.split(task, job, task, t.parallel_grain, TailStrategy::GuardWithIf).parallel(job);
-  } else {
-    out.parallel(task);
-  }
+  schedule_row_form_output(f, spec, info, t, task);
 
   // K and V of a head converted to f32 with dense loads, then packed in pairs back in bf16, once
   // before its query tiles run. (Packing straight from the bf16 input gathers 16-bit elements,

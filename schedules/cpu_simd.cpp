@@ -75,6 +75,24 @@ void stage_head_kv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo
 
 }  // namespace
 
+void schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
+                              const TargetInfo& info, const AttentionTunables& t, const Var& task) {
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  const TailStrategy dv_tail =
+      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  Var io("io"), ii("ii"), vo("vo"), vi("vi");
+  Func out = f.out;
+  out.split(f.i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
+      .split(f.d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, ii, io, f.h, f.b)
+      .vectorize(vi)
+      .unroll(vo)
+      .parallel(f.b)
+      .parallel(f.h)
+      .rename(io, task);
+  parallel_tasks(out, task, t.parallel_grain);
+}
+
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                              const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
@@ -86,15 +104,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   Var vo("vo"), vi("vi");
 
   Func out = f.out;
-  out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ii, io, h, b)
-      .vectorize(vi)
-      .unroll(vo)
-      .parallel(b)
-      .parallel(h)
-      .rename(io, task);
-  parallel_tasks(out, task, t.parallel_grain);
+  schedule_row_form_output(f, spec, info, t, task);
   stage_head_kv(f, spec, info, out, h, t.stage_kv);
 
   // The row statistics and acc of the tile: rows qi of tile qt (the task's).
