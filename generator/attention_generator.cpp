@@ -109,7 +109,7 @@ class Attention : public Generator<Attention> {
     }
 
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
-    (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
+    (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
     if (weights) (*weights)(f.j, f.i, f.h, f.b) = f.weights(f.j, f.i, f.h, f.b);
     if (lse) (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
 

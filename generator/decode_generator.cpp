@@ -70,7 +70,7 @@ class Decode : public Generator<Decode> {
     in.dv = v->dim(0).extent();
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
-    (*out)(f.d, f.h, f.i, f.b) = cast(out->type(), f.out(f.d, f.h, f.i, f.b));
+    (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
     // (A generic kernel's are run-time, at most the spec's.)

@@ -37,7 +37,7 @@ class Linear : public Generator<Linear> {
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
     attngen::LinearFuncs f = attngen::define_linear(attngen::as_f32(*x), attngen::as_f32(*w),
                                                     attngen::as_f32(*bias), shape, "linear");
-    (*y)(f.n, f.s, f.b) = cast(y->type(), f.out(f.n, f.s, f.b));
+    (*y)(f.n, f.s, f.b) = attngen::from_f32(f.out(f.n, f.s, f.b), y->type());
     // Output features start at 0, so a schedule's tiles of n line up with the weight panels.
     y->dim(0).set_min(0);
 

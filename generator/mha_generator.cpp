@@ -116,7 +116,7 @@ class Mha : public Generator<Mha> {
     out_shape.half_chunk = in_shape.half_chunk;
     attngen::LinearFuncs out_proj = attngen::define_linear(
         concat, attngen::as_f32(*out_w), attngen::as_f32(*out_b), out_shape, "out_proj");
-    (*y)(n, s, b) = cast(y->type(), out_proj.out(n, s, b));
+    (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());
 
     in_w->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
     in_b->dim(0).set_bounds(0, 3 * embed);
