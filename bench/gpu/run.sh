@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU, in one run: build (or reuse a build tree), run the CUDA
 # kernels' correctness tests (failing if they are skipped for want of a GPU), time them with
-# device-resident tensors, time PyTorch's scaled_dot_product_attention (fp32, same shapes) and
-# print a ratio table.
+# device-resident tensors (D64 dense and causal, in f32, f16 and bf16), time PyTorch's
+# scaled_dot_product_attention (same dtypes and shapes) and print a ratio table per dtype.
 #   bash bench/gpu/run.sh [build dir]      (default build/gpu; an existing tree is reused)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,13 +32,13 @@ if python3 -c 'import torch' 2> /dev/null; then
   python3 bench/gpu/sdpa_peer.py | tee "$out/torch.csv"
 else
   echo "torch is not installed here (pip install torch); table without the peer" >&2
-  echo "B,H,S,D,causal,ms,gflops" > "$out/torch.csv"
+  echo "dtype,B,H,S,D,causal,ms,gflops" > "$out/torch.csv"
 fi
 
 echo "== ratio table (attngen time / torch time: below 1 is faster)"
-awk -F, 'NR == FNR { if (FNR > 1) t[$1","$2","$3","$4","$5] = $6; next }
-         FNR == 1 { printf "%-34s %-16s %10s %10s %8s %8s\n", "kernel", "B,H,S,D", "attngen ms", "torch ms", "GFLOP/s", "ratio"; next }
-         { key = $2","$3","$4","$5","$6; tm = (key in t) ? t[key] : "";
-           printf "%-34s %-16s %10.3f %10s %8.1f %8s\n", $1, $2","$3","$4","$5, $7,
-                  (tm == "" ? "-" : tm), $8, (tm == "" ? "-" : sprintf("%.2f", $7 / tm)) }' \
+awk -F, 'NR == FNR { if (FNR > 1) t[$1","$2","$3","$4","$5","$6] = $7; next }
+         FNR == 1 { printf "%-36s %-5s %-16s %10s %10s %8s %8s\n", "kernel", "dtype", "B,H,S,D", "attngen ms", "torch ms", "GFLOP/s", "ratio"; next }
+         { key = $2","$3","$4","$5","$6","$7; tm = (key in t) ? t[key] : "";
+           printf "%-36s %-5s %-16s %10.3f %10s %8.1f %8s\n", $1, $2, $3","$4","$5","$6, $8,
+                  (tm == "" ? "-" : tm), $9, (tm == "" ? "-" : sprintf("%.2f", $8 / tm)) }' \
   "$out/torch.csv" "$out/attngen.csv" | tee "$out/table.txt"

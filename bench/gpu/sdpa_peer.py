@@ -1,11 +1,14 @@
-"""PyTorch peer for bench/gpu/run.sh: torch.nn.functional.scaled_dot_product_attention in fp32 on
-the GPU, same shapes and FLOP convention as cuda_bench.cpp. CSV: B,H,S,D,causal,ms,gflops"""
+"""PyTorch peer for bench/gpu/run.sh: torch.nn.functional.scaled_dot_product_attention on the GPU
+in fp32, fp16 and bf16 (tensors of that dtype), same shapes and FLOP convention as
+cuda_bench.cpp. CSV: dtype,B,H,S,D,causal,ms,gflops"""
 import sys
 
 import torch
 import torch.nn.functional as F
 
 SHAPES = [(4, 12, 512, 64), (8, 12, 197, 64), (1, 16, 2048, 64), (1, 8, 8192, 64)]
+# Named as in attngen's variant model (and cuda_bench.cpp's CSV), for run.sh's join.
+DTYPES = [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)]
 
 
 def time_ms(fn, iters):
@@ -25,16 +28,18 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("torch sees no CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as attngen computes
-    print("B,H,S,D,causal,ms,gflops")
-    for causal in (0, 1):
-        for b, h, s, d in SHAPES:
-            q, k, v = (torch.randn(b, h, s, d, device="cuda") for _ in range(3))
-            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-            fn()
-            torch.cuda.synchronize()
-            flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-            ms = time_ms(fn, max(3, int(2e11 / flops)))
-            print(f"{b},{h},{s},{d},{causal},{ms:.4f},{flops / ms / 1e6:.1f}", flush=True)
+    print("dtype,B,H,S,D,causal,ms,gflops")
+    for name, dtype in DTYPES:
+        for causal in (0, 1):
+            for b, h, s, d in SHAPES:
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                fn()
+                torch.cuda.synchronize()
+                flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+                ms = time_ms(fn, max(3, int(2e11 / flops)))
+                print(f"{name},{b},{h},{s},{d},{causal},{ms:.4f},{flops / ms / 1e6:.1f}",
+                      flush=True)
 
 
 if __name__ == "__main__":
