@@ -14,6 +14,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "runtime/src/convert.h"
+#include "runtime/src/internal.h"
 #include "tests/attention_tester.h"
 #include "tests/tensor.h"
 
@@ -339,6 +340,53 @@ TEST(DtypeConversion, ErrorsAreKept) {
   EXPECT_NE(std::string(attngen_last_error()).find("q has dtype F16"), std::string::npos)
       << attngen_last_error();
   EXPECT_TRUE(o2.all_poison());
+}
+
+// Decode with F16 / BF16 queries and output, over caches of each dtype: the kernels take f32
+// queries, so the runtime stages q and out in F32. The result must be the f32-query call's on
+// the same (rounded) queries, rounded once to the output's dtype; the output poisoned first.
+TEST(DtypeConversion, DecodeStagesQueriesAndOutput) {
+  std::mt19937_64 rng(fresh_seed());
+  for (const attngen_dtype cache_dtype : {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_I8}) {
+    for (const attngen_dtype dt : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      SCOPED_TRACE(std::string("cache ") + rt::dtype_name(cache_dtype) + ", q " +
+                   rt::dtype_name(dt));
+      attngen_kv_cache_options o = attngen_kv_cache_options_default();
+      o.layers = 1;
+      o.batch = 2;
+      o.heads_kv = 2;
+      o.head_dim_qk = 64;
+      o.capacity = 40;
+      o.dtype = cache_dtype;
+      attngen_kv_cache* cache = nullptr;
+      ASSERT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_OK) << attngen_last_error();
+      AnyTensor k(ATTNGEN_F32, {2, 37, 2, 64}, 0), v(ATTNGEN_F32, {2, 37, 2, 64}, 0);
+      k.fill_random(rng, -1, 1);
+      v.fill_random(rng, -1, 1);
+      ASSERT_EQ(attngen_kv_cache_append(cache, 0, &k.t(), &v.t(), nullptr), ATTNGEN_OK)
+          << attngen_last_error();
+      AnyTensor q(dt, {2, 3, 4, 64}, 1), out(dt, {2, 3, 4, 64}, 0);
+      q.fill_random(rng, -2, 2);
+      ASSERT_EQ(attngen_decode(&q.t(), cache, 0, &out.t(), nullptr), ATTNGEN_OK)
+          << attngen_last_error();
+      // The same queries in f32 (exact: f16 and bf16 widen exactly), an f32 output.
+      AnyTensor q32(ATTNGEN_F32, {2, 3, 4, 64}, 0), out32(ATTNGEN_F32, {2, 3, 4, 64}, 0);
+      const std::vector<double> qd = q.dense();
+      float* q32p = static_cast<float*>(q32.t().data);
+      for (size_t i = 0; i < qd.size(); ++i) q32p[i] = static_cast<float>(qd[i]);
+      ASSERT_EQ(attngen_decode(&q32.t(), cache, 0, &out32.t(), nullptr), ATTNGEN_OK)
+          << attngen_last_error();
+      const std::vector<double> got = out.dense(), want = out32.dense();
+      ASSERT_EQ(got.size(), want.size());
+      const double ulp = dt == ATTNGEN_F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_LE(std::abs(got[i] - want[i]), ulp * std::abs(want[i]) + 1e-7)
+            << "element " << i << ": " << got[i] << " against " << want[i];
+      }
+      EXPECT_EQ(out.gaps_written(), 0);
+      attngen_kv_cache_destroy(cache);
+    }
+  }
 }
 
 }  // namespace

@@ -45,8 +45,9 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
   return true;
 }
 
-// Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out.
-void run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_cache& cache,
+// Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out; false
+// if the kernel failed (c says why).
+bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_cache& cache,
                 int64_t layer, const attngen_tensor& q, const attngen_tensor& out, float scale,
                 const std::vector<int32_t>& counts, int32_t kv_splits) {
   const attngen_kv_cache_options& o = cache.options;
@@ -81,7 +82,7 @@ void run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   args.capacity = static_cast<int32_t>(o.capacity);
   args.window = static_cast<int32_t>(o.window);
   args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
-  run_kernel(c, kernel, args);
+  return run_kernel(c, kernel, args) == ATTNGEN_OK;
 }
 
 // The decode kernel for the cache's head dims and dtype and the queries' and output's dtypes (a
@@ -143,9 +144,26 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
       !check_clear_of_cache(c, *cache, layer, *out, "out", true)) {
     return finish(c, nullptr);
   }
-  const attngen_kernel_info* kernel = select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
-  if (kernel == nullptr) return finish(c, nullptr);
-  run_decode(c, kernel, *cache, layer, *q, *out, opt.scale, counts, opt.kv_splits);
+  // A kernel for the call's dtypes; else (F16 / BF16 q or out that no kernel takes over this
+  // cache) an F32-query kernel with q and out staged in F32, as attngen_attention() does.
+  Check native;
+  const attngen_kernel_info* kernel =
+      select_decode(native, *cache, q->dtype, out->dtype, opt.kernel);
+  F32Staging staging;
+  attngen_tensor q32 = *q, out32 = *out;
+  if (kernel == nullptr) {
+    const bool stage =
+        opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
+    kernel = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
+                   : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
+    if (kernel == nullptr) return finish(c, nullptr);
+    if (!staging.input(c, *q, "q", &q32) || !staging.output(c, *out, "out", &out32)) {
+      return finish(c, nullptr);
+    }
+  }
+  if (run_decode(c, kernel, *cache, layer, q32, out32, opt.scale, counts, opt.kv_splits)) {
+    staging.commit();
+  }
   return finish(c, kernel);
 }
 
