@@ -78,6 +78,11 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
     return g;
   };
 
+  // The tile's q rows (bf16, as stored) copied contiguous: the register tile's rows are then at
+  // fixed offsets from one base, where their run-time strides in the input took address
+  // arithmetic in the inner loop.
+  per_query_tile(f.q).vectorize(d, 2 * lanes, TailStrategy::GuardWithIf);
+
   // q.k: key_tile vectors of 16 keys x kScoreRows rows of accumulators over Dqk / 2 pair steps.
   const int key_vectors = std::max(1, t.key_tile);
   Func scores = per_query_tile(f.scores);
