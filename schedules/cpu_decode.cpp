@@ -1,49 +1,68 @@
 // CPU schedule of the decode kernels (generator/decode_algorithm.h) for SIMD targets.
 //
-// Decode is a stream over the cache: every K and V element is used by only g * Sq rows (a few),
-// so the kernel is bound by memory bandwidth, and the schedule's job is to read K and V exactly
-// once, at full speed, on every core:
-//  - one parallel task per (split, kv head, sequence) computes that split's partial state; its
-//    key blocks are visited in order (those no row attends skipped), and per block the scores,
-//    max, exps, sum and probs.V live in L1 (key_block x one vector of rows);
-//  - rows (the g query heads x Sq queries of a kv head) are the vector lanes, in tiles of one
-//    vector (more rows re-read the block from L1/L2): q.k broadcasts each K element against a
-//    vector of rows, key_tile keys of independent accumulators; max, exp and sum are vertical;
-//    no horizontal reductions;
-//  - probs.V holds pv_rows x Dv of accumulators across the keys of a block;
-//  - the merge of the splits is a small second stage, parallel over queries.
+// Decode streams the cache: every K and V element is used by only the g * Sq rows of its kv
+// head (4 for Llama's g = 4 and one query), so the arithmetic per element is small and must
+// stay below the memory time even when the cache is f16, bf16 or i8 (1/2 or 1/4 of the bytes).
+//  - One parallel task per (split, kv head, sequence) computes that split's partial state; its
+//    key blocks are visited in order (those no row attends skipped), and per block and tile of
+//    row_tile rows the scores, max, exps, sum and probs.V live in L1.
+//  - q.k vectorises over the head dim: per key, each vector of K is loaded and converted to f32
+//    in registers once and multiplies row_tile rows of q (one accumulator per row, per-lane
+//    partial sums, an rfactor of the dot product), and each (key, row) ends with one horizontal
+//    sum. Per K element that is row_tile / lanes of an FMA plus 1 / lanes of a conversion,
+//    against one whole FMA per element with the rows in the lanes (the previous schedule: 16
+//    lanes of which 4 were used at g = 4, and K converted a key tile at a time into L1).
+//  - The scores, max, exps and sum take the keys of the block in the lanes.
+//  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a
+//    part of Dv of accumulators across the keys of the block, the V vector converted once per
+//    key and reused by the rows.
+//  - The merge of the splits is a small second stage, parallel over queries.
 //
-// Measured (bench/RESULTS.md, "Decode over a KV cache"; 2-core Ice Lake-SP VM, AVX-512, paired
-// runs): B1 Hq32/Hkv8 D128 Skv8192 at 0.80-0.86 of a streaming read of as many bytes on 2
-// threads; key blocks of 32/128/256 and key tiles of 4/16 no better than 64 and 8. The same code
-// ran up to 1.5x slower from DRAM in other builds, with the q.k loop at another alignment.
+// Measured: see the end of this comment block (bench/RESULTS.md, "Decode over f16, bf16 and
+// i8 caches").
+#include <algorithm>
+
 #include "schedules/schedule.h"
 
 namespace attngen {
 
 using namespace Halide;
 
+namespace {
+
+// The largest divisor of n that is at most limit.
+int divisor_at_most(int n, int limit) {
+  for (int f = std::min(n, limit); f > 1; --f) {
+    if (n % f == 0) return f;
+  }
+  return 1;
+}
+
+}  // namespace
+
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t) {
   const int lanes = info.f32_lanes;
+  const int qk_lanes = lanes_dividing(spec.head_dim_qk, info);
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail =
       spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
   const TailStrategy round = TailStrategy::RoundUp;
+  const int rows = t.row_tile;
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &sp = f.sp;
-  Var group("group"), vo("vo"), vi("vi"), so("so"), si("si"), ro("ro"), ri("ri"), ib("ib");
-  Var po("po"), pi("pi");
+  Var vo("vo"), vi("vi"), ro("ro"), ri("ri"), ib("ib"), po("po"), pi("pi"), so("so"), si("si");
+  Var u("u"), vt("vt"), vp("vp"), group("group");
 
   // The partial states: one parallel task per (split, kv head, sequence). The splits are a
   // parallel loop nested in the one over (kv head, sequence) rather than fused with it: with sp
   // fused, bounds inference widens the per-block stages under the block-skipping predicate to
-  // every block of the sequence. Per key block, the rows go by tiles of one vector.
+  // every block of the sequence. Per key block, the rows go by tiles of row_tile.
   Func state = f.state;
   state.compute_root().split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).parallel(b);
   // A generic kernel computes its padded head dim; the output takes the cache's (run-time).
   if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.update()
-      .split(r, ro, ri, lanes, TailStrategy::GuardWithIf)
+      .split(r, ro, ri, rows, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)
       .reorder(vi, vo, ri, ro, f.rb, sp, hk, b)
       .fuse(hk, b, group)
@@ -54,50 +73,65 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   f.visit.compute_root();
   f.row_position.compute_root();
 
-  // The task's query rows, staged once, transposed ([d][r]) so that a tile's rows are a vector.
-  f.q.compute_at(state, sp).reorder_storage(r, f.d);
+  // The task's query rows, staged once as they are stored (d innermost: q.k loads vectors of d).
+  f.q.compute_at(state, sp).vectorize(d, qk_lanes, TailStrategy::GuardWithIf);
 
-  // Per key block and row tile, rows are the vector lanes (rounded up to a whole vector: the
-  // lanes past the last row compute junk that nothing reads) and every stage is elementwise or
-  // a reduction across keys, vertical in the lanes. Storage is one tile's worth, on the stack.
+  // Per key block and row tile (rounded up to whole tiles: the rows past the last compute
+  // junk that nothing reads), storage one tile's worth on the stack.
   const auto per_tile = [&](Func g) -> Func {
-    g.compute_at(state, ro).bound_storage(r, lanes);
+    g.compute_at(state, ro).bound_storage(r, rows);
     return g;
   };
-  // q.k: key_tile keys of accumulators, each FMA broadcasting one K element (K rows are
-  // contiguous in the cache, so the block's K streams through once).
-  Func scores = per_tile(f.scores);
-  scores.reorder_storage(r, s)
+
+  // q.k over the head dim: dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u;
+  // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs.
+  RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi");
+  Func dot = per_tile(f.dot);
+  Func dot_rf = dot.update().split(f.rd, rdo, rdi, qk_lanes).rfactor(rdi, u);
+  dot.vectorize(s, lanes).unroll(r, rows, round);
+  dot.update()
       .split(s, so, si, t.key_tile, TailStrategy::GuardWithIf)
-      .reorder(r, si, so)
-      .vectorize(r, lanes, round)
+      .reorder(rdi, r, si, so)
+      .atomic()
+      .vectorize(rdi)
+      .unroll(r, rows, round)
       .unroll(si);
-  f.dot.compute_at(scores, so).reorder_storage(r, s).bound_storage(r, lanes);
-  f.dot.reorder(r, s).vectorize(r, lanes, round).unroll(s);
-  f.dot.update().reorder(r, s, f.rd).vectorize(r, lanes, round).unroll(s);
-  // A cache of another type (f16, bf16, i8) is converted a key tile at a time with vector
-  // instructions into key_tile x Dqk floats on the stack (L1), which the FMAs above broadcast
-  // from as they do from an f32 cache; converting each element where it is broadcast would be
-  // a scalar load and conversion per K element.
-  if (spec.kv_type != Float(32)) {
-    f.k.compute_at(scores, so).vectorize(d, lanes, TailStrategy::GuardWithIf);
-  }
+  const int d_vectors = spec.head_dim_qk / qk_lanes;
+  dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
+  dot_rf.vectorize(u).unroll(r);
+  dot_rf.update()
+      .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
+      .reorder(u, r, rdoi, rdoo)
+      .vectorize(u)
+      .unroll(r)
+      .unroll(rdoi);
 
+  // Scores, max, exps and sums with the block's keys in the lanes.
+  Func scores = per_tile(f.scores);
+  scores.vectorize(s, lanes).unroll(r, rows, round);
   for (Func g : {f.block_max, f.block_sum}) {
-    per_tile(g).bound_storage(f.kb, 1).vectorize(r, lanes, round);
-    g.update().reorder(r, f.rk).vectorize(r, lanes, round);
+    per_tile(g).bound_storage(f.kb, 1).unroll(r, rows, round);
+    Func g_rf = g.update().split(f.rk, rdo, rdi, lanes).rfactor(rdi, u);
+    g.update().reorder(rdi, r).atomic().vectorize(rdi).unroll(r, rows, round);
+    g_rf.compute_at(g, r).reorder_storage(u, f.kb, r, hk, b).vectorize(u);
+    g_rf.update().reorder(u, rdo).vectorize(u);
   }
-  per_tile(f.probs).reorder_storage(r, s).reorder(r, s).vectorize(r, lanes, round);
+  per_tile(f.probs).vectorize(s, lanes).unroll(r, rows, round);
 
-  // probs.V: pv_rows x Dv accumulators live across the keys of the block; only real rows.
+  // probs.V: pv_rows rows x pv_vectors vectors of Dv of accumulators across the keys of the
+  // block; the V vector of a key is converted once and used by the pv_rows rows.
+  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  const int pv_vectors =
+      divisor_at_most(dv_vectors, std::max(1, info.accumulators / std::max(1, t.pv_rows)));
   Func pv = per_tile(f.block_pv);
   pv.bound_storage(f.kb, 1).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   pv.update()
-      .split(r, po, pi, t.pv_rows, TailStrategy::GuardWithIf)
+      .split(r, po, pi, t.pv_rows, round)
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, pi, f.rk, po)
+      .split(vo, vt, vp, pv_vectors)
+      .reorder(vi, vp, pi, f.rk, vt, po)
       .vectorize(vi)
-      .unroll(vo)
+      .unroll(vp)
       .unroll(pi);
 
   // The merge: per (query, sequence), over the splits, for every head.

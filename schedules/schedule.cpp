@@ -214,6 +214,7 @@ namespace {
 // at most this, within the shared-memory budget (schedules/cuda.cpp stages a block of K and V).
 constexpr int kCpuDecodeKeyBlock = 64;
 constexpr int kCudaDecodeKeyBlock = 32;
+constexpr int kCpuDecodeRowTile = 4;
 
 }  // namespace
 
@@ -232,11 +233,10 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   }
   if (spec.key_block <= 0) spec.key_block = kCpuDecodeKeyBlock;
   DecodeTunables t = requested;
-  if (t.key_tile <= 0) t.key_tile = 8;
-  if (t.pv_rows <= 0) {
-    const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-    t.pv_rows = rows_for_accumulators((spec.head_dim_v + dv_lanes - 1) / dv_lanes, 8, info);
-  }
+  // CPU: see schedules/cpu_decode.cpp (rows of a tile = Llama's g = 4 query heads per kv head).
+  if (t.row_tile <= 0) t.row_tile = kCpuDecodeRowTile;
+  if (t.key_tile <= 0) t.key_tile = 1;
+  if (t.pv_rows <= 0 || t.row_tile % t.pv_rows != 0) t.pv_rows = t.row_tile;
   return t;
 }
 
