@@ -73,6 +73,18 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   f.visit.compute_root();
   f.row_position.compute_root();
 
+  // The block's slots, copied as stored (K then V of each slot, in memory order) before the
+  // row tiles use them.
+  if (t.stage_block) {
+    const int stored_lanes = lanes * 4 / spec.kv_type.bytes();
+    for (Func g : {f.k_stored, f.v_stored}) {
+      g.compute_at(state, f.rb)
+          .bound_storage(s, spec.key_block)
+          .vectorize(d, stored_lanes, TailStrategy::GuardWithIf);
+    }
+    f.v_stored.compute_with(f.k_stored, s);
+  }
+
   // The task's query rows, staged once as they are stored (d innermost: q.k loads vectors of d).
   f.q.compute_at(state, sp).vectorize(d, qk_lanes, TailStrategy::GuardWithIf);
 

@@ -237,6 +237,7 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   if (t.row_tile <= 0) t.row_tile = kCpuDecodeRowTile;
   if (t.key_tile <= 0) t.key_tile = 1;
   if (t.pv_rows <= 0 || t.row_tile % t.pv_rows != 0) t.pv_rows = t.row_tile;
+  if (t.stage_block < 0) t.stage_block = spec.kv_type == Halide::Float(32) ? 1 : 0;
   return t;
 }
 

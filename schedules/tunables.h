@@ -36,6 +36,7 @@ struct DecodeTunables {
   int key_tile = 0;  // keys whose q.k products are in flight together (CPU)
   int pv_rows = 0;   // rows per register tile of the probs.v product (CPU; divides row_tile)
   int row_tile = 0;  // rows per tile of a key block, sharing each converted vector of K (CPU)
+  int stage_block = -1;  // copy each key block's slots as stored before using them (CPU)
 };
 
 template <typename T>
@@ -62,6 +63,7 @@ inline constexpr TunableField<LinearTunables> kLinearTunables[] = {
 inline constexpr TunableField<DecodeTunables> kDecodeTunables[] = {
     {"key_tile", &DecodeTunables::key_tile},
     {"pv_rows", &DecodeTunables::pv_rows},
-    {"row_tile", &DecodeTunables::row_tile}};
+    {"row_tile", &DecodeTunables::row_tile},
+    {"stage_block", &DecodeTunables::stage_block}};
 
 }  // namespace attngen
