@@ -1,25 +1,37 @@
 // CPU schedule of the decode kernels (generator/decode_algorithm.h) for SIMD targets.
 //
 // Decode streams the cache: every K and V element is used by only the g * Sq rows of its kv
-// head (4 for Llama's g = 4 and one query), so the arithmetic per element is small and must
-// stay below the memory time even when the cache is f16, bf16 or i8 (1/2 or 1/4 of the bytes).
+// head (4 at Llama's g = 4 and one query), so the arithmetic per element must stay small enough
+// to hide behind the memory time, also when the cache is f16, bf16 or i8 (1/2 or 1/4 of the
+// bytes of f32).
 //  - One parallel task per (split, kv head, sequence) computes that split's partial state; its
 //    key blocks are visited in order (those no row attends skipped), and per block and tile of
 //    row_tile rows the scores, max, exps, sum and probs.V live in L1.
-//  - q.k vectorises over the head dim: per key, each vector of K is loaded and converted to f32
-//    in registers once and multiplies row_tile rows of q (one accumulator per row, per-lane
-//    partial sums, an rfactor of the dot product), and each (key, row) ends with one horizontal
-//    sum. Per K element that is row_tile / lanes of an FMA plus 1 / lanes of a conversion,
-//    against one whole FMA per element with the rows in the lanes (the previous schedule: 16
-//    lanes of which 4 were used at g = 4, and K converted a key tile at a time into L1).
-//  - The scores, max, exps and sum take the keys of the block in the lanes.
-//  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a
-//    part of Dv of accumulators across the keys of the block, the V vector converted once per
-//    key and reused by the rows.
+//  - q.k vectorises over the head dim (an rfactor of the dot product): per key, each vector of
+//    K is loaded and converted to f32 in registers once and feeds one FMA per row of the tile
+//    (row_tile accumulators of per-lane partial sums), and each (key, row) ends with one
+//    horizontal sum. At g = 4 on AVX-512 that is 8 FMAs + 1 horizontal sum per (key, row),
+//    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
+//    converted a key tile at a time into L1: the previous schedule, compute-bound at 0.2-0.45
+//    of the streaming read for f16/bf16/i8 caches.
+//  - Scores, max, exps and sums take the block's keys in the lanes.
+//  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
+//    of Dv of accumulators across the keys of the block, each V vector converted once per key.
+//  - stage_block (f32 caches, see plan_decode): the block's slots are first copied as they are
+//    stored, K and V of each slot in memory order, so the memory sees one sequential stream
+//    instead of the K halves of 64 slots and then their V halves.
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
-// Measured: see the end of this comment block (bench/RESULTS.md, "Decode over f16, bf16 and
-// i8 caches").
+// Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM
+// shared with other builds, B1 Hq32/Hkv8 D128 Skv8192, 2 threads, 4 paired rounds): against
+// the previous schedule f32 1.4-1.9x faster (0.59-0.77 of a streaming read, was 0.40-0.48),
+// f16 1.3-1.6x, bf16 1.3-2.1x, i8 1.9-2.3x; i8 at 2.6-3.8x and f16 at 1.2-1.7x the (now faster)
+// f32 cache. The low-byte caches are still compute-bound (f16: 7 instructions per 16 elements
+// to convert, Halide 14 having no F16C cast). Tried and dropped: a second reduction level that
+// sums the tile's rows side by side before the horizontal step (LLVM spilled the partial sums
+// and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k iteration (no better),
+// Halide's prefetch (finds no footprint through the clamped slot), the block copy for
+// f16/bf16/i8 (1.1-1.35x slower on one thread; for f32 1.2x faster).
 #include <algorithm>
 
 #include "schedules/schedule.h"

@@ -33,10 +33,10 @@ struct LinearTunables {
 };
 
 struct DecodeTunables {
-  int key_tile = 0;  // keys whose q.k products are in flight together (CPU)
-  int pv_rows = 0;   // rows per register tile of the probs.v product (CPU; divides row_tile)
-  int row_tile = 0;  // rows per tile of a key block, sharing each converted vector of K (CPU)
-  int stage_block = -1;  // copy each key block's slots as stored before using them (CPU)
+  int key_tile = 0;      // keys per iteration of the q.k loop (CPU; default 1)
+  int pv_rows = 0;       // rows per register tile of the probs.v product (CPU; divides row_tile)
+  int row_tile = 0;      // rows per tile of a key block, sharing each converted vector of K (CPU)
+  int stage_block = -1;  // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
 };
 
 template <typename T>
