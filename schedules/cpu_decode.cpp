@@ -20,13 +20,16 @@
 //  - stage_block (f32 caches, see plan_decode): the block's slots are first copied as they are
 //    stored, K and V of each slot in memory order, so the memory sees one sequential stream
 //    instead of the K halves of 64 slots and then their V halves.
+//  - Key blocks (plan_decode): 64 keys for f32 caches, 128 for f16, bf16 and i8 (5% faster for
+//    f16 and i8; the per-block work, softmax merge included, over twice the keys).
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
-// Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM
-// shared with other builds, B1 Hq32/Hkv8 D128 Skv8192, 2 threads, 4 paired rounds): against
-// the previous schedule f32 1.4-1.9x faster (0.59-0.77 of a streaming read, was 0.40-0.48),
-// f16 1.3-1.6x, bf16 1.3-2.1x, i8 1.9-2.3x; i8 at 2.6-3.8x and f16 at 1.2-1.7x the (now faster)
-// f32 cache. The low-byte caches are still compute-bound (f16: 7 instructions per 16 elements
+// Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
+// B1 Hq32/Hkv8 D128 Skv8192, 2 threads, 5 paired rounds): against the previous schedule f32
+// 1.25-1.41x faster (0.58-0.62 of a streaming read, was 0.42-0.47), f16 1.5-1.9x, bf16
+// 1.9-2.4x, i8 1.9-2.5x; f16 at 1.87-2.22x and i8 at 3.02-3.62x the (now faster) f32 cache,
+// but only 0.56-0.60 (f16) and 0.43-0.54 (i8) of a streaming read of their bytes: still
+// compute-bound (the horizontal sums are ~40% of q.k; f16 takes 7 instructions per 16 elements
 // to convert, Halide 14 having no F16C cast). Tried and dropped: a second reduction level that
 // sums the tile's rows side by side before the horizontal step (LLVM spilled the partial sums
 // and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k iteration (no better),
