@@ -55,10 +55,15 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // garbage, NaN say, would turn the 0 * v of a masked key into NaN).
   const Expr len = in.kv_len(b);
   const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
+  // As stored first (inline unless a schedule copies a block of slots), then as f32.
+  f.k_stored = Func("k_stored");
+  f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
+  f.v_stored = Func("v_stored");
+  f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
   f.k = Func("k_slots");
-  f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(in.k(dq, slot, hk, b)));
+  f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(f.k_stored(d, s, hk, b)));
   f.v = Func("v_slots");
-  f.v(d, s, hk, b) = pad(in.dv, cached_as_f32(in.v(dv, slot, hk, b)));
+  f.v(d, s, hk, b) = pad(in.dv, cached_as_f32(f.v_stored(d, s, hk, b)));
   // An i8 cache: K's scale multiplies the score (s = scale * k_scale * q.k_i8), V's the
   // probability of its key in probs.V (sum of p * v_scale * v_i8); the block sums take the
   // probabilities as they are.

@@ -61,6 +61,8 @@ struct DecodeFuncs {
   Halide::RDom rs;                // the splits, in the merge
   Halide::Func q;                 // (d, r, hk, b) query row r of kv head hk, row index clamped
   Halide::Func k, v;              // (d, s, hk, b) as float, slot clamped; inline unless staged
+  Halide::Func k_stored;          // (d, s, hk, b) k's elements as stored (kv_type); inline unless
+  Halide::Func v_stored;          // copied by the schedule; v's
   Halide::Func k_scale, v_scale;  // (s, hk, b) an i8 cache's scales, slot clamped (else undefined)
   Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
   Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows

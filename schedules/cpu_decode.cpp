@@ -1,49 +1,83 @@
 // CPU schedule of the decode kernels (generator/decode_algorithm.h) for SIMD targets.
 //
-// Decode is a stream over the cache: every K and V element is used by only g * Sq rows (a few),
-// so the kernel is bound by memory bandwidth, and the schedule's job is to read K and V exactly
-// once, at full speed, on every core:
-//  - one parallel task per (split, kv head, sequence) computes that split's partial state; its
-//    key blocks are visited in order (those no row attends skipped), and per block the scores,
-//    max, exps, sum and probs.V live in L1 (key_block x one vector of rows);
-//  - rows (the g query heads x Sq queries of a kv head) are the vector lanes, in tiles of one
-//    vector (more rows re-read the block from L1/L2): q.k broadcasts each K element against a
-//    vector of rows, key_tile keys of independent accumulators; max, exp and sum are vertical;
-//    no horizontal reductions;
-//  - probs.V holds pv_rows x Dv of accumulators across the keys of a block;
-//  - the merge of the splits is a small second stage, parallel over queries.
+// Decode streams the cache: every K and V element is used by only the g * Sq rows of its kv
+// head (4 at Llama's g = 4 and one query), so the arithmetic per element must stay small enough
+// to hide behind the memory time, also when the cache is f16, bf16 or i8 (1/2 or 1/4 of the
+// bytes of f32).
+//  - One parallel task per (split, kv head, sequence) computes that split's partial state; its
+//    key blocks are visited in order (those no row attends skipped), and per block and tile of
+//    row_tile rows the scores, max, exps, sum and probs.V live in L1.
+//  - q.k vectorises over the head dim (an rfactor of the dot product): per key, each vector of
+//    K is loaded and converted to f32 in registers once and feeds one FMA per row of the tile
+//    (row_tile accumulators of per-lane partial sums), and each (key, row) ends with one
+//    horizontal sum. At g = 4 on AVX-512 that is 8 FMAs + 1 horizontal sum per (key, row),
+//    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
+//    converted a key tile at a time into L1: the previous schedule, compute-bound at 0.2-0.45
+//    of the streaming read for f16/bf16/i8 caches.
+//  - Scores, max, exps and sums take the block's keys in the lanes.
+//  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
+//    of Dv of accumulators across the keys of the block, each V vector converted once per key.
+//  - stage_block (f32 caches, see plan_decode): the block's slots are first copied as they are
+//    stored, K and V of each slot in memory order, so the memory sees one sequential stream
+//    instead of the K halves of 64 slots and then their V halves.
+//  - Key blocks (plan_decode): 64 keys for f32 caches, 128 for f16, bf16 and i8 (5% faster for
+//    f16 and i8; the per-block work, softmax merge included, over twice the keys).
+//  - The merge of the splits is a small second stage, parallel over queries.
 //
-// Measured (bench/RESULTS.md, "Decode over a KV cache"; 2-core Ice Lake-SP VM, AVX-512, paired
-// runs): B1 Hq32/Hkv8 D128 Skv8192 at 0.80-0.86 of a streaming read of as many bytes on 2
-// threads; key blocks of 32/128/256 and key tiles of 4/16 no better than 64 and 8. The same code
-// ran up to 1.5x slower from DRAM in other builds, with the q.k loop at another alignment.
+// Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
+// B1 Hq32/Hkv8 D128 Skv8192, 2 threads, 5 paired rounds): against the previous schedule f32
+// 1.25-1.41x faster (0.58-0.62 of a streaming read, was 0.42-0.47), f16 1.5-1.9x, bf16
+// 1.9-2.4x, i8 1.9-2.5x; f16 at 1.87-2.22x and i8 at 3.02-3.62x the (now faster) f32 cache,
+// but only 0.56-0.60 (f16) and 0.43-0.54 (i8) of a streaming read of their bytes: still
+// compute-bound (the horizontal sums are ~40% of q.k; f16 takes 7 instructions per 16 elements
+// to convert, Halide 14 having no F16C cast). Tried and dropped: a second reduction level that
+// sums the tile's rows side by side before the horizontal step (LLVM spilled the partial sums
+// and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k iteration (no better),
+// Halide's prefetch (finds no footprint through the clamped slot), the block copy for
+// f16/bf16/i8 (1.1-1.35x slower on one thread; for f32 1.2x faster).
+#include <algorithm>
+
 #include "schedules/schedule.h"
 
 namespace attngen {
 
 using namespace Halide;
 
+namespace {
+
+// The largest divisor of n that is at most limit.
+int divisor_at_most(int n, int limit) {
+  for (int f = std::min(n, limit); f > 1; --f) {
+    if (n % f == 0) return f;
+  }
+  return 1;
+}
+
+}  // namespace
+
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t) {
   const int lanes = info.f32_lanes;
+  const int qk_lanes = lanes_dividing(spec.head_dim_qk, info);
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail =
       spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
   const TailStrategy round = TailStrategy::RoundUp;
+  const int rows = t.row_tile;
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &sp = f.sp;
-  Var group("group"), vo("vo"), vi("vi"), so("so"), si("si"), ro("ro"), ri("ri"), ib("ib");
-  Var po("po"), pi("pi");
+  Var vo("vo"), vi("vi"), ro("ro"), ri("ri"), ib("ib"), po("po"), pi("pi"), so("so"), si("si");
+  Var u("u"), vt("vt"), vp("vp"), group("group");
 
   // The partial states: one parallel task per (split, kv head, sequence). The splits are a
   // parallel loop nested in the one over (kv head, sequence) rather than fused with it: with sp
   // fused, bounds inference widens the per-block stages under the block-skipping predicate to
-  // every block of the sequence. Per key block, the rows go by tiles of one vector.
+  // every block of the sequence. Per key block, the rows go by tiles of row_tile.
   Func state = f.state;
   state.compute_root().split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).parallel(b);
   // A generic kernel computes its padded head dim; the output takes the cache's (run-time).
   if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.update()
-      .split(r, ro, ri, lanes, TailStrategy::GuardWithIf)
+      .split(r, ro, ri, rows, TailStrategy::GuardWithIf)
       .split(d, vo, vi, dv_lanes, dv_tail)
       .reorder(vi, vo, ri, ro, f.rb, sp, hk, b)
       .fuse(hk, b, group)
@@ -54,50 +88,77 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   f.visit.compute_root();
   f.row_position.compute_root();
 
-  // The task's query rows, staged once, transposed ([d][r]) so that a tile's rows are a vector.
-  f.q.compute_at(state, sp).reorder_storage(r, f.d);
+  // The block's slots, copied as stored (K then V of each slot, in memory order) before the
+  // row tiles use them.
+  if (t.stage_block) {
+    const int stored_lanes = lanes * 4 / spec.kv_type.bytes();
+    for (Func g : {f.k_stored, f.v_stored}) {
+      g.compute_at(state, f.rb)
+          .bound_storage(s, spec.key_block)
+          .vectorize(d, stored_lanes, TailStrategy::GuardWithIf);
+    }
+    f.v_stored.compute_with(f.k_stored, s);
+  }
 
-  // Per key block and row tile, rows are the vector lanes (rounded up to a whole vector: the
-  // lanes past the last row compute junk that nothing reads) and every stage is elementwise or
-  // a reduction across keys, vertical in the lanes. Storage is one tile's worth, on the stack.
+  // The task's query rows, staged once as they are stored (d innermost: q.k loads vectors of d).
+  f.q.compute_at(state, sp).vectorize(d, qk_lanes, TailStrategy::GuardWithIf);
+
+  // Per key block and row tile (rounded up to whole tiles: the rows past the last compute
+  // junk that nothing reads), storage one tile's worth on the stack.
   const auto per_tile = [&](Func g) -> Func {
-    g.compute_at(state, ro).bound_storage(r, lanes);
+    g.compute_at(state, ro).bound_storage(r, rows);
     return g;
   };
-  // q.k: key_tile keys of accumulators, each FMA broadcasting one K element (K rows are
-  // contiguous in the cache, so the block's K streams through once).
-  Func scores = per_tile(f.scores);
-  scores.reorder_storage(r, s)
+
+  // q.k over the head dim: dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u;
+  // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs.
+  RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi");
+  Func dot = per_tile(f.dot);
+  Func dot_rf = dot.update().split(f.rd, rdo, rdi, qk_lanes).rfactor(rdi, u);
+  dot.vectorize(s, lanes).unroll(r, rows, round);
+  dot.update()
       .split(s, so, si, t.key_tile, TailStrategy::GuardWithIf)
-      .reorder(r, si, so)
-      .vectorize(r, lanes, round)
+      .reorder(rdi, r, si, so)
+      .atomic()
+      .vectorize(rdi)
+      .unroll(r, rows, round)
       .unroll(si);
-  f.dot.compute_at(scores, so).reorder_storage(r, s).bound_storage(r, lanes);
-  f.dot.reorder(r, s).vectorize(r, lanes, round).unroll(s);
-  f.dot.update().reorder(r, s, f.rd).vectorize(r, lanes, round).unroll(s);
-  // A cache of another type (f16, bf16, i8) is converted a key tile at a time with vector
-  // instructions into key_tile x Dqk floats on the stack (L1), which the FMAs above broadcast
-  // from as they do from an f32 cache; converting each element where it is broadcast would be
-  // a scalar load and conversion per K element.
-  if (spec.kv_type != Float(32)) {
-    f.k.compute_at(scores, so).vectorize(d, lanes, TailStrategy::GuardWithIf);
-  }
+  const int d_vectors = spec.head_dim_qk / qk_lanes;
+  dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
+  dot_rf.vectorize(u).unroll(r);
+  dot_rf.update()
+      .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
+      .reorder(u, r, rdoi, rdoo)
+      .vectorize(u)
+      .unroll(r)
+      .unroll(rdoi);
 
+  // Scores, max, exps and sums with the block's keys in the lanes.
+  Func scores = per_tile(f.scores);
+  scores.vectorize(s, lanes).unroll(r, rows, round);
   for (Func g : {f.block_max, f.block_sum}) {
-    per_tile(g).bound_storage(f.kb, 1).vectorize(r, lanes, round);
-    g.update().reorder(r, f.rk).vectorize(r, lanes, round);
+    per_tile(g).bound_storage(f.kb, 1).unroll(r, rows, round);
+    Func g_rf = g.update().split(f.rk, rdo, rdi, lanes).rfactor(rdi, u);
+    g.update().reorder(rdi, r).atomic().vectorize(rdi).unroll(r, rows, round);
+    g_rf.compute_at(g, r).reorder_storage(u, f.kb, r, hk, b).vectorize(u);
+    g_rf.update().reorder(u, rdo).vectorize(u);
   }
-  per_tile(f.probs).reorder_storage(r, s).reorder(r, s).vectorize(r, lanes, round);
+  per_tile(f.probs).vectorize(s, lanes).unroll(r, rows, round);
 
-  // probs.V: pv_rows x Dv accumulators live across the keys of the block; only real rows.
+  // probs.V: pv_rows rows x pv_vectors vectors of Dv of accumulators across the keys of the
+  // block; the V vector of a key is converted once and used by the pv_rows rows.
+  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  const int pv_vectors =
+      divisor_at_most(dv_vectors, std::max(1, info.accumulators / std::max(1, t.pv_rows)));
   Func pv = per_tile(f.block_pv);
   pv.bound_storage(f.kb, 1).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   pv.update()
-      .split(r, po, pi, t.pv_rows, TailStrategy::GuardWithIf)
+      .split(r, po, pi, t.pv_rows, round)
       .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, pi, f.rk, po)
+      .split(vo, vt, vp, pv_vectors)
+      .reorder(vi, vp, pi, f.rk, vt, po)
       .vectorize(vi)
-      .unroll(vo)
+      .unroll(vp)
       .unroll(pi);
 
   // The merge: per (query, sequence), over the splits, for every head.

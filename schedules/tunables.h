@@ -33,8 +33,10 @@ struct LinearTunables {
 };
 
 struct DecodeTunables {
-  int key_tile = 0;  // keys whose q.k products are in flight together (CPU)
-  int pv_rows = 0;   // rows per register tile of the probs.v product (CPU)
+  int key_tile = 0;      // keys per iteration of the q.k loop (CPU; default 1)
+  int pv_rows = 0;       // rows per register tile of the probs.v product (CPU; divides row_tile)
+  int row_tile = 0;      // rows per tile of a key block, sharing each converted vector of K (CPU)
+  int stage_block = -1;  // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
 };
 
 template <typename T>
@@ -59,6 +61,9 @@ inline constexpr TunableField<LinearTunables> kLinearTunables[] = {
     {"threads_x", &LinearTunables::threads_x}, {"threads_y", &LinearTunables::threads_y}};
 
 inline constexpr TunableField<DecodeTunables> kDecodeTunables[] = {
-    {"key_tile", &DecodeTunables::key_tile}, {"pv_rows", &DecodeTunables::pv_rows}};
+    {"key_tile", &DecodeTunables::key_tile},
+    {"pv_rows", &DecodeTunables::pv_rows},
+    {"row_tile", &DecodeTunables::row_tile},
+    {"stage_block", &DecodeTunables::stage_block}};
 
 }  // namespace attngen
