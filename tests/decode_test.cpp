@@ -650,7 +650,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
       ASSERT_EQ(attngen_kv_cache_append(cache.cache, layer, &kt, &vt, nullptr), ATTNGEN_OK)
           << attngen_last_error();
       const auto* base = reinterpret_cast<const uint8_t*>(store.data());
-      const auto* scales = reinterpret_cast<const float*>(base + scales_at);
+      const auto* scales =
+          dtype == ATTNGEN_I8 ? reinterpret_cast<const float*>(base + scales_at) : nullptr;
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t i = 0; i < t; ++i) {
           for (int64_t h = 0; h < H; ++h) {
@@ -665,7 +666,7 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                 x[d] = src.buf[static_cast<size_t>(src.offset({b, i, h, d}))];
                 amax = std::max(amax, std::abs(x[d]));
               }
-              const float scale = scales[2 * row + part];
+              const float scale = scales != nullptr ? scales[2 * row + part] : 0.0f;
               for (int64_t d = 0; d < n; ++d) {
                 SCOPED_TRACE("b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
                              std::to_string(h) + " part " + std::to_string(part) + " d " +
