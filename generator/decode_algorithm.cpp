@@ -1,5 +1,6 @@
 #include "generator/decode_algorithm.h"
 
+#include "generator/element.h"
 #include "generator/online_softmax.h"
 
 namespace attngen {
@@ -12,8 +13,8 @@ namespace {
 // casts become a long emulation), so f16 is converted here with vector integer and float
 // arithmetic: the sign-extended bits shifted into an f32's place with the sign kept, the
 // exponent rebased by a multiplication by 2^112 (exact for normal and subnormal halves), and
-// exponent 31 (infinity, NaN) made an f32 infinity or NaN. bf16 is a shift, i8 a sign
-// extension and an int -> float conversion.
+// exponent 31 (infinity, NaN) made an f32 infinity or NaN. bf16, i8 and f32 as every input is
+// converted (generator/element.h).
 Expr cached_as_f32(const Expr& x) {
   const Type t = x.type();
   if (t.code() == halide_type_float && t.bits() == 16) {
@@ -23,10 +24,7 @@ Expr cached_as_f32(const Expr& x) {
     return select(special, reinterpret(Float(32), bits | 0x7f800000),
                   reinterpret(Float(32), bits) * 5.192296858534828e33f);  // 2^112
   }
-  if (t.is_bfloat()) {  // the upper half of an f32 (also what CUDA takes: PTX has no bf16 cast)
-    return reinterpret(Float(32), cast<uint32_t>(reinterpret(UInt(16), x)) << 16);
-  }
-  return cast<float>(x);
+  return to_f32(x);
 }
 
 }  // namespace

@@ -42,20 +42,9 @@ Halide::Type halide_type(DType dtype) {
 }
 
 Halide::Func as_f32(const Halide::Func& input) {
-  const Halide::Type t = input.output_types().at(0);
-  if (t == Halide::Float(32)) return input;
+  if (input.output_types().at(0) == Halide::Float(32)) return input;
   Halide::Func f(input.name() + "_f32");
-  if (t == Halide::BFloat(16)) {
-    // bf16 is the upper half of an f32: widen the bits. (Halide 14's own bf16 cast reaches
-    // LLVM 14's NVPTX backend as a bf16 register copy it cannot emit; as integers it is the same
-    // shift on every target.)
-    using Halide::reinterpret;
-    f(Halide::_) = reinterpret(
-        Halide::Float(32),
-        Halide::cast(Halide::UInt(32), reinterpret(Halide::UInt(16), input(Halide::_))) << 16);
-  } else {
-    f(Halide::_) = Halide::cast<float>(input(Halide::_));
-  }
+  f(Halide::_) = to_f32(input(Halide::_));
   return f;
 }
 
@@ -68,21 +57,6 @@ constexpr int kHalfPvChunk = 16;
 // Their key block where the variant asks for the default form (whole rows, which the
 // half-precision P.V does not take): the block the CPU schedules skip causal keys with.
 constexpr int kHalfPvKeyBlock = 64;
-
-Halide::Expr from_f32(const Halide::Expr& x, const Halide::Type& t) {
-  if (t != Halide::BFloat(16)) return Halide::cast(t, x);
-  // Round to nearest even on the bits, a NaN kept quiet: what Halide's cast does on CPUs, written
-  // as integers because LLVM 14's NVPTX backend stores its f32 register as the 16 bits.
-  using Halide::reinterpret;
-  using Halide::UInt;
-  const auto u32 = [](uint32_t v) { return Halide::Expr(v); };
-  Halide::Expr bits = reinterpret(UInt(32), x);
-  Halide::Expr rounded = (bits + u32(0x7fff) + ((bits >> 16) & u32(1))) >> 16;
-  Halide::Expr nan = (bits & u32(0x7fffffff)) > u32(0x7f800000);
-  return reinterpret(
-      Halide::BFloat(16),
-      Halide::cast(UInt(16), Halide::select(nan, (bits >> 16) | u32(0x40), rounded)));
-}
 
 AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& target) {
   AttentionSpec spec;

@@ -9,6 +9,7 @@
 #include "Halide.h"
 #include "generator/attention_algorithm.h"
 #include "generator/decode_algorithm.h"
+#include "generator/element.h"
 #include "generator/variant.h"
 #include "schedules/schedule.h"
 
@@ -27,9 +28,6 @@ Halide::Func as_f32(const Halide::Func& input);
 
 // The algorithm's spec of a variant on a target (the target decides the arithmetic of some
 // dtypes: AttentionSpec::half_pv_chunk).
-// An f32 result as the output's type t (round to nearest even for f16 and bf16).
-Halide::Expr from_f32(const Halide::Expr& x, const Halide::Type& t);
-
 AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& target);
 // LinearShape::half_chunk of a variant's projections on a target (f16 on neonfp16).
 int linear_half_chunk(const KernelVariant& v, const Halide::Target& target);
