@@ -16,7 +16,6 @@ and "bf16 (avx512)" the same call on the AVX-512 kernel that converts to f32, wh
 the bf16 pair products bring. Prints a Markdown table; writes bench/out/dtypes.json. Needs
 PyTorch (bench/run_peers.sh installs it).
 """
-import argparse
 import json
 import os
 import re
@@ -81,33 +80,17 @@ def summary(values):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", required=True, help="build tree with bench/attngen_bench")
-    parser.add_argument("--pairs", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--min-time", type=float, default=0.3)
-    args = parser.parse_args()
-    bench = os.path.join(args.build, "bench", "attngen_bench")
-    if not os.access(bench, os.X_OK):
-        sys.exit(f"dtypes.py: no {bench} (build the attngen_bench target there)")
+    args, bench = common.paired_arguments(__doc__, "dtypes.py", default_pairs=6)
     try:
         run_torch, version = torch_runner(args.threads)
     except ImportError as e:
         sys.exit(f"dtypes.py: PyTorch is needed ({e}); bench/run_peers.sh installs it")
 
-    pairs = []
     start = time.time()
-    for n in range(args.pairs):
-        if n % 2 == 0:
-            a = run_attngen(bench, args.threads, args.min_time)
-            t = run_torch(args.min_time)
-        else:
-            t = run_torch(args.min_time)
-            a = run_attngen(bench, args.threads, args.min_time)
-        pairs.append({"attngen": a, "torch": t})
-        print(f"pair {n + 1}/{args.pairs}: " + ", ".join(f"{k} {v:.1f}" for k, v in a.items()),
-              file=sys.stderr, flush=True)
+    pairs = [{"attngen": a, "torch": t} for a, t in common.alternating_pairs(
+        args.pairs, lambda: run_attngen(bench, args.threads, args.min_time),
+        lambda: run_torch(args.min_time),
+        lambda a, t: ", ".join(f"{k} {v:.1f}" for k, v in a.items()))]
 
     # Rows: the dispatched kernel of each dtype (the best ISA built), plus bf16 on plain AVX-512.
     def best(pair, dtype, mask):

@@ -17,7 +17,6 @@ apart, the order alternating from pair to pair; every ratio is taken within a pa
 Prints a Markdown table (median, quartiles and range over the pairs, how many pairs meet the
 target) and writes bench/out/paired.json. Needs PyTorch (bench/run_peers.sh installs it).
 """
-import argparse
 import json
 import os
 import statistics
@@ -95,35 +94,18 @@ def summary(values, target, sense):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", required=True, help="build tree with bench/attngen_bench")
-    parser.add_argument("--pairs", type=int, default=12)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--min-time", type=float, default=0.3,
-                        help="seconds of timing per benchmark and pair")
-    args = parser.parse_args()
-    bench = os.path.join(args.build, "bench", "attngen_bench")
-    if not os.access(bench, os.X_OK):
-        sys.exit(f"paired.py: no {bench} (build the attngen_bench target there)")
+    args, bench = common.paired_arguments(__doc__, "paired.py", default_pairs=12)
     try:
         run_torch, version = torch_runners(args.threads)
     except ImportError as e:
         sys.exit(f"paired.py: PyTorch is needed ({e}); bench/run_peers.sh installs it")
 
-    pairs = []
     start = time.time()
-    for n in range(args.pairs):
-        if n % 2 == 0:
-            pair = run_attngen(bench, args.threads, args.min_time)
-            pair.update(run_torch(args.min_time))
-        else:
-            pair = run_torch(args.min_time)
-            pair.update(run_attngen(bench, args.threads, args.min_time))
-        pairs.append(pair)
-        print(f"pair {n + 1}/{args.pairs}: " + ", ".join(
-            f"{title.split(' (')[0]} {value(pair):.3f}" for _, title, value, _, _ in TARGETS),
-            file=sys.stderr, flush=True)
+    pairs = [{**a, **t} for a, t in common.alternating_pairs(
+        args.pairs, lambda: run_attngen(bench, args.threads, args.min_time),
+        lambda: run_torch(args.min_time),
+        lambda a, t: ", ".join(f"{title.split(' (')[0]} {value({**a, **t}):.3f}"
+                               for _, title, value, _, _ in TARGETS))]
 
     results = {key: summary([value(p) for p in pairs], target, sense)
                for key, _, value, target, sense in TARGETS}

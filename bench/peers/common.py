@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 # The MHA layer every peer and attngen_mha compare on: BERT-base, nn.MultiheadAttention(768, 12).
@@ -73,3 +74,37 @@ def arguments(description, shapes=True):
     if shapes:
         parser.add_argument("shape_files", nargs="+", help="bench/shapes/*.txt")
     return parser.parse_args()
+
+
+def paired_arguments(description, script, default_pairs):
+    """The options of the paired scripts (bench/paired.py, bench/dtypes.py) and the path of the
+    build's attngen_bench; exits with a message where it is missing."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", required=True, help="build tree with bench/attngen_bench")
+    parser.add_argument("--pairs", type=int, default=default_pairs)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--min-time", type=float, default=0.3,
+                        help="seconds of timing per benchmark and pair")
+    args = parser.parse_args()
+    bench = os.path.join(args.build, "bench", "attngen_bench")
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"{script}: no {bench} (build the attngen_bench target there)")
+    return args, bench
+
+
+def alternating_pairs(n, run_a, run_b, describe):
+    """n pairs (run_a(), run_b()), the two seconds apart and their order alternating from pair
+    to pair, so that a drift of the machine's speed falls on both sides; describe(a, b) is
+    printed to stderr after each pair."""
+    pairs = []
+    for i in range(n):
+        if i % 2 == 0:
+            a = run_a()
+            b = run_b()
+        else:
+            b = run_b()
+            a = run_a()
+        pairs.append((a, b))
+        print(f"pair {i + 1}/{n}: {describe(a, b)}", file=sys.stderr, flush=True)
+    return pairs
