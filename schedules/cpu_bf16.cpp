@@ -47,8 +47,7 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
                                    const TargetInfo& info, const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), task("task"), vo("vo"), vi("vi"), jo("jo"), jv("jv"), jl("jl");
   Var ro("ro"), ri("ri");

@@ -60,8 +60,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   const int lanes = info.f32_lanes;
   const int qk_lanes = lanes_dividing(spec.head_dim_qk, info);
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const TailStrategy round = TailStrategy::RoundUp;
   const int rows = t.row_tile;
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &sp = f.sp;

@@ -78,8 +78,7 @@ void stage_head_kv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo
 void schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
                               const TargetInfo& info, const AttentionTunables& t, const Var& task) {
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   Var io("io"), ii("ii"), vo("vo"), vi("vi");
   Func out = f.out;
   out.split(f.i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
@@ -97,8 +96,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
                              const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
   Var vo("vo"), vi("vi");
@@ -162,8 +160,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
                                      const TargetInfo& info, const AttentionTunables& t) {
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
   Var vo("vo"), vi("vi");

@@ -19,8 +19,7 @@ void schedule_half_pv(AttentionFuncs f, const AttentionSpec& spec, const TargetI
   const int half_lanes = lanes_of(row, 2);
   int dv_lanes = half_lanes;
   while (dv_lanes > 2 && spec.head_dim_v % dv_lanes != 0) dv_lanes /= 2;
-  const TailStrategy dv_tail =
-      spec.head_dim_v % dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const int f32_dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy f32_dv_tail =
       spec.head_dim_v % f32_dv_lanes == 0 ? TailStrategy::Auto : TailStrategy::GuardWithIf;

@@ -27,6 +27,12 @@ const char* isa_name(Isa isa);
 // the native width when nothing divides (the schedule then needs a tail strategy).
 int lanes_dividing(int extent, const TargetInfo& info);
 
+// The tail strategy of a loop of `extent` split by `lanes`: none needed where the lanes divide it
+// (lanes_dividing()), else guarded.
+inline Halide::TailStrategy tail_for(int extent, int lanes) {
+  return extent % lanes == 0 ? Halide::TailStrategy::Auto : Halide::TailStrategy::GuardWithIf;
+}
+
 // Largest power of two n <= 256 (at least 8) with n * bytes_per_item <= info.l1_bytes: how many
 // keys (features) a pass over a chunk takes while the chunk's operands stay in L1.
 int chunk_for_l1(int bytes_per_item, const TargetInfo& info);
