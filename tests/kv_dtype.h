@@ -1,8 +1,7 @@
 // Test-side models of the KV cache's element types (docs/semantics.md, "Incremental decoding"),
-// written independently of the runtime's conversions (runtime/src/convert.h): rounding to f16
-// and bf16 in double arithmetic (round to nearest even), their bit patterns, and the int8
-// quantisation of a row (symmetric, one scale per row). Also an error measure for bounds other
-// than the contract's per-dtype table.
+// independent of the runtime's conversions: f16 and bf16 rounding and bit patterns (tests/
+// tensor.h's formats), and the int8 quantisation of a row (symmetric, one scale per row). Also an
+// error measure for bounds other than the contract's per-dtype table.
 #pragma once
 
 #include <algorithm>
@@ -13,68 +12,21 @@
 #include <vector>
 
 #include "attngen/attngen.h"
+#include "tests/tensor.h"
 
 namespace attngen::test::kv {
 
-// x rounded to the nearest value with `bits` significant bits (round to nearest even), with
-// quanta no finer than 2^min_exp (subnormals).
-inline double round_significand(double x, int bits, int min_exp) {
-  if (!std::isfinite(x) || x == 0) return x;
-  int e = 0;
-  std::frexp(std::abs(x), &e);  // |x| = m * 2^e, m in [0.5, 1)
-  const double quantum = std::ldexp(1.0, std::max(e - bits, min_exp));
-  return std::nearbyint(x / quantum) * quantum;  // exact division, then round half to even
-}
-
-// IEEE binary16: 11 significant bits, subnormal quantum 2^-24, overflow at 65520.
+// f16 and bf16 through tests/tensor.h's formats (one rounding to nearest even from the exact
+// value; tests/dtype_test.cpp checks them against the runtime's conversions): a value rounded to
+// the type, and the bit pattern of a value of the type.
 inline double round_f16(double x) {
-  const double r = round_significand(x, 11, -24);
-  return std::abs(r) > 65504.0 ? std::copysign(std::numeric_limits<double>::infinity(), r) : r;
+  return ElementTraits<Half>::to_double(ElementTraits<Half>::from_double(x));
 }
-
-// bfloat16: 8 significant bits, the f32 exponent range.
 inline double round_bf16(double x) {
-  const double r = round_significand(x, 8, -133);
-  return std::abs(r) > 3.3895313892515355e38
-             ? std::copysign(std::numeric_limits<double>::infinity(), r)
-             : r;
+  return ElementTraits<BFloat16>::to_double(ElementTraits<BFloat16>::from_double(x));
 }
-
-// The bit pattern of an f16 value (one round_f16 returns).
-inline uint16_t f16_bits(double r) {
-  const uint16_t sign = std::signbit(r) ? 0x8000 : 0;
-  const double a = std::abs(r);
-  if (std::isinf(a)) return sign | 0x7c00;
-  if (a < std::ldexp(1.0, -14)) {
-    return static_cast<uint16_t>(sign | static_cast<int>(std::ldexp(a, 24)));
-  }
-  int e = 0;
-  const double m = std::frexp(a, &e);  // a = m * 2^e: exponent field e + 14
-  return static_cast<uint16_t>(sign | ((e + 14) << 10) |
-                               static_cast<int>(std::ldexp(m, 11) - 1024));
-}
-
-// The bit pattern of a bf16 value (one round_bf16 returns): the upper half of its f32.
-inline uint16_t bf16_bits(double r) {
-  const float f = static_cast<float>(r);
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  return static_cast<uint16_t>(x >> 16);
-}
-
-inline double from_f16_bits(uint16_t h) {
-  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  const double sign = (h & 0x8000) ? -1.0 : 1.0;
-  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
-  return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
-}
-
-inline double from_bf16_bits(uint16_t h) {
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
+inline uint16_t f16_bits(double r) { return ElementTraits<Half>::from_double(r).bits; }
+inline uint16_t bf16_bits(double r) { return ElementTraits<BFloat16>::from_double(r).bits; }
 
 // The int8 model: scale = max|x| / 127 (in f32, as documented), q = round(x / scale) in
 // [-127, 127]; x[i] is replaced by q * scale (in f32), what the cache reproduces. Returns the
