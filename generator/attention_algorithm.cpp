@@ -37,11 +37,14 @@ void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Ex
   const Var &j = f.j, &i = f.i, &h = f.h, &b = f.b;
   if (spec.weights) {
     f.weights = Func("weights");
-    f.weights(j, i, h, b) = select(l > 0.0f, softmax_exp(f.scores(j, i, h, b) - m) / l, 0.0f);
+    // (Masked keys weigh 0 in rows made NaN by a NaN score too.)
+    const Expr s = f.scores(j, i, h, b);
+    f.weights(j, i, h, b) = select(is_plus_zero(l) || is_masked(s), 0.0f, softmax_exp(s - m) / l);
   }
   if (spec.lse) {
     f.lse = Func("lse");
-    f.lse(i, h, b) = select(l > 0.0f, m + log(l), Expr(-std::numeric_limits<float>::infinity()));
+    f.lse(i, h, b) =
+        select(is_plus_zero(l), Expr(-std::numeric_limits<float>::infinity()), m + log(l));
   }
 }
 
@@ -92,8 +95,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   }
   f.rb.where(visit);
 
-  const KeyBlockStats stats =
-      define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b}, spec.half_pv_chunk);
+  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b},
+                                                     f.v_finite, spec.half_pv_chunk);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
@@ -172,6 +175,16 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.v(d, j, h, b) = cast(Float(16), v32(d, j, h, b));
   }
 
+  // Whether V holds only finite values (pv_term): the largest exponent field of its elements, of
+  // every key, attended or not, below the all-ones of NaN and infinity.
+  f.rv = RDom(0, spec.generic ? in.dv : Expr(spec.head_dim_v), 0, in.heads_kv, 0, in.seq_kv, 0,
+              in.batch, "rv");
+  f.v_exponents = Func("v_exponents");
+  f.v_exponents() = cast<uint32_t>(0);
+  f.v_exponents() = max(f.v_exponents(), bits_of(in.v(f.rv.x, f.rv.y, f.rv.z, f.rv.w)) &
+                                             Internal::make_const(UInt(32), 0x7f800000));
+  f.v_finite = f.v_exponents() < Internal::make_const(UInt(32), 0x7f800000);
+
   f.dot = Func("dot");
   f.dot(j, i, h, b) = 0.0f;
   if (spec.bf16_pairs) {
@@ -212,14 +225,15 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask_tensor == MaskTensor::kBool) {
     attend = attend && in.mask(kj, mi, h, b) != 0;
   } else if (spec.mask_tensor == MaskTensor::kAdditive) {
-    // -inf (or anything at or below kMaskedBelow) masks the key.
+    // -inf (or anything at or below kAdditiveMaskBelow) masks the key; NaN is added (its rows
+    // become NaN, as in IEEE arithmetic).
     Expr add = in.mask(kj, mi, h, b);
-    attend = attend && add > kMaskedBelow;
+    attend = attend && (add > kAdditiveMaskBelow || is_nan_bits(add));
     s = s + add;
   } else if (spec.generic) {
     Expr add = in.add_mask(kj, mi, h, b);
     attend = attend && (in.mask_kind != 1 || in.bool_mask(kj, mi, h, b) != 0) &&
-             (in.mask_kind != 2 || add > kMaskedBelow);
+             (in.mask_kind != 2 || add > kAdditiveMaskBelow || is_nan_bits(add));
     s = select(in.mask_kind == 2, s + add, s);
   }
 
@@ -310,10 +324,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   f.acc = Func("acc");
   f.acc(d, qi, qt, h, b) = 0.0f;
   if (spec.bf16_pairs) {
-    f.acc(d, qi, qt, h, b) += cast<float>(f.probs_bf16(key_pv, row, h, b)) *
-                              cast<float>(f.v_pairs(key_pv % 2, d, key_pv / 2, h, b));
+    // (The product stays one of two bf16 values, for vdpbf16ps: pv_term's select is on V.)
+    const Expr p = f.probs_bf16(key_pv, row, h, b);
+    const Expr v = f.v_pairs(key_pv % 2, d, key_pv / 2, h, b);
+    f.acc(d, qi, qt, h, b) +=
+        cast<float>(p) * cast<float>(select(f.v_finite, v, masked_by_prob(p, v)));
   } else {
-    f.acc(d, qi, qt, h, b) += f.probs(key_pv, row, h, b) * f.v(d, key_pv, h, b);
+    f.acc(d, qi, qt, h, b) += pv_term(f.probs(key_pv, row, h, b), f.v(d, key_pv, h, b), f.v_finite);
   }
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);

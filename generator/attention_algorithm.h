@@ -67,7 +67,7 @@ struct AttentionSpec {
 // block), only for Pattern::kBlockSparse.
 struct AttentionInputs {
   Halide::Func q, k, v, kv_len, mask, layout;
-  Halide::Expr seq_q, seq_kv, heads_q, heads_kv;
+  Halide::Expr seq_q, seq_kv, heads_q, heads_kv, batch;
   Halide::Expr scale, softcap, bottom_right;
   // Generic kernels only (spec.generic): the call's head dims, whether it is causal, which mask
   // tensor it has (0 none, 1 bool, 2 additive: attngen_mask_tensor_kind) and both masks (the
@@ -89,6 +89,11 @@ struct AttentionFuncs {
   Halide::Func k;    // (d, j, h, b) the kv head of query head h, key index clamped
   Halide::Func v;    // (d, j, h, b) likewise; k and v are inline unless a schedule stages them
   Halide::Func dot;  // (j, i, h, b) raw q.k
+  // () the largest exponent field of V's elements (over rv: d, kv head, key, batch), and whether
+  // it is below NaN's and infinity's: the condition schedules specialise P.V on (pv_term).
+  Halide::RDom rv;
+  Halide::Func v_exponents;
+  Halide::Expr v_finite;
   // spec.bf16_pairs: K as (l, j, rr, h, b) = k(2 rr + l, j, h, b), V as (l, d, jj, h, b) =
   // v(d, 2 jj + l, h, b), and P rounded to bf16 (j, i, h, b).
   Halide::Func k_pairs, v_pairs, probs_bf16;

@@ -92,6 +92,7 @@ class Attention : public Generator<Attention> {
     in.seq_kv = k->dim(2).extent();
     in.heads_q = q->dim(1).extent();
     in.heads_kv = k->dim(1).extent();
+    in.batch = q->dim(3).extent();
     in.scale = *scale;
     in.softcap = *softcap_value;
     in.bottom_right = *bottom_right;

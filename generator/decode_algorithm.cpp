@@ -99,9 +99,10 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
 
   // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
   // max, exps relative to it, their sum and their product with V.
+  f.v_finite = in.v_finite;
   f.rk = RDom(0, block, "rk");
-  const KeyBlockStats stats =
-      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, 0, f.v_scale);
+  const KeyBlockStats stats = define_key_block_stats(
+      f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, in.v_finite, 0, f.v_scale);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;

@@ -50,6 +50,7 @@ struct DecodeInputs {
   Halide::Expr scale;
   Halide::Expr split_keys;  // keys per split-KV partial (>= 1; rounded up to whole key blocks)
   Halide::Expr dqk, dv;     // generic kernels only: the cache's head dims
+  Halide::Expr v_finite;    // no V element of the layer is NaN or infinite (pv_term)
 };
 
 struct DecodeFuncs {
@@ -82,6 +83,7 @@ struct DecodeFuncs {
   Halide::Expr rows;              // g * seq_q: extent of r
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
+  Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
 };
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in);

@@ -28,6 +28,9 @@ class Decode : public Generator<Decode> {
   Input<Buffer<>>* v = nullptr;                 // (dv, s, hkv, b) of the cache's type
   // An i8 cache only: (c, s, hkv, b), K's scale (c = 0) and V's (c = 1) of each slot.
   Input<Buffer<float, 4>>* kv_scales = nullptr;
+  // Whether no V element of the layer is NaN or infinite (the cache tracks its appends): then
+  // P.V multiplies as it is (generator/online_softmax.h, pv_term).
+  Input<bool>* v_finite = nullptr;
   Output<Buffer<>>* out = nullptr;  // (dv, h, i, b)
 
   void configure() {
@@ -43,6 +46,7 @@ class Decode : public Generator<Decode> {
     k = add_input<Buffer<>>("k", kv_type, 4);
     v = add_input<Buffer<>>("v", kv_type, 4);
     if (v_.kv_dtype == attngen::DType::kI8) kv_scales = add_input<Buffer<float, 4>>("kv_scales");
+    v_finite = add_input<bool>("v_finite");
     out = add_output<Buffer<>>("out", t, 4);
   }
 
@@ -68,6 +72,7 @@ class Decode : public Generator<Decode> {
     in.split_keys = *split_keys;
     in.dqk = q->dim(0).extent();
     in.dv = v->dim(0).extent();
+    in.v_finite = *v_finite;
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());

@@ -88,6 +88,7 @@ class Mha : public Generator<Mha> {
     in.kv_len = *kv_len;
     in.seq_q = in.seq_kv = seq;
     in.heads_q = in.heads_kv = heads;
+    in.batch = x->dim(2).extent();
     in.scale = v.generic ? 1.0f / sqrt(cast<float>(dh))
                          : Expr(1.0f / std::sqrt(static_cast<float>(v.head_dim_qk)));
     in.softcap = Expr(0.0f);

@@ -21,7 +21,7 @@ Expr softmax_exp(const Expr& x) {
   Expr p = 0.008290315f;
   for (float c : {0.04189793f, 0.16667636f, 0.4999915f, 0.9999997f, 1.0f}) p = p * r + c;
   Expr two_n = reinterpret(Float(32), (cast<int32_t>(n) + 127) << 23);
-  return two_n * p;
+  return select(is_nan_bits(x), x, two_n * p);
 }
 
 Expr softmax_exp_bf16(const Expr& x) {
@@ -37,11 +37,11 @@ Expr softmax_exp_bf16(const Expr& x) {
   // 2^n as a bit pattern: n + 127 in the exponent field; the magic's own bits cancel.
   Expr two_n = reinterpret(
       Float(32), (reinterpret(Int(32), t) - reinterpret(Int(32), Expr(magic)) + 127) << 23);
-  return two_n * p;
+  return select(is_nan_bits(x), x, two_n * p);
 }
 
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
-                                     const KeyBlockVars& vars, int half_chunk,
+                                     const KeyBlockVars& vars, const Expr& v_finite, int half_chunk,
                                      const Func& v_scale) {
   const Var &d = vars.d, &j = vars.key, &kb = vars.kb, &i = vars.row, &h = vars.head,
             &b = vars.batch;
@@ -64,9 +64,9 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
   f.block_pv = Func("block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
   if (half_chunk <= 0) {
-    const Expr p =
-        v_scale.defined() ? f.probs(key, i, h, b) * v_scale(key, h, b) : f.probs(key, i, h, b);
-    f.block_pv(d, kb, i, h, b) += p * v(d, key, h, b);
+    // (V's scale multiplies V: a masked key's scale, NaN say, stays out as well.)
+    const Expr value = v_scale.defined() ? v_scale(key, h, b) * v(d, key, h, b) : v(d, key, h, b);
+    f.block_pv(d, kb, i, h, b) += pv_term(f.probs(key, i, h, b), value, v_finite);
     return f;
   }
   if (block % half_chunk != 0 || v.output_types().at(0) != Float(16) || v_scale.defined()) {
@@ -82,7 +82,8 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
   Expr half_key = kb * block + c * half_chunk + f.rx;
   f.block_pv_half = Func("block_pv_half");
   f.block_pv_half(d, c, kb, i, h, b) = cast(Float(16), 0.0f);
-  f.block_pv_half(d, c, kb, i, h, b) += f.probs_half(half_key, i, h, b) * v(d, half_key, h, b);
+  f.block_pv_half(d, c, kb, i, h, b) +=
+      pv_term(f.probs_half(half_key, i, h, b), v(d, half_key, h, b), v_finite);
   f.block_pv(d, kb, i, h, b) += cast<float>(f.block_pv_half(d, f.rh, kb, i, h, b));
   return f;
 }

@@ -7,31 +7,77 @@
 
 namespace attngen {
 
-// Masked scores hold a large finite negative value, never -inf: Halide compiles float code with
+// Masked scores hold the lowest finite float, never -inf: Halide compiles float code with
 // fast-math flags (no NaNs, no infinities), under which a comparison with -inf may be folded
-// away (seen on NEON: NaN rows). Anything at or below kMaskedBelow counts as masked; its exp
-// relative to any real maximum flushes to exactly 0.
-constexpr float kMaskedScore = -1e30f;
-constexpr float kMaskedBelow = -1e29f;
+// away (seen on NEON: NaN rows). Real scores, however negative, stay above it (a score of -inf,
+// from an infinite K, counts as masked); its exp relative to any real maximum flushes to exactly 0.
+constexpr float kMaskedScore = -3.40282347e38f;  // -FLT_MAX
+// An additive mask value at or below this masks its key (models write the float minimum or -inf).
+constexpr float kAdditiveMaskBelow = -1e29f;
 
-inline Halide::Expr is_masked(const Halide::Expr& score) { return score <= kMaskedBelow; }
+// Tests on a float's bits, which fast-math flags cannot fold away (a float comparison with a NaN
+// may be assumed false, or true, under them).
+inline Halide::Expr bits_of(const Halide::Expr& x) {
+  return Halide::reinterpret(Halide::UInt(x.type().bits()), x);
+}
+inline Halide::Expr is_nan_bits(const Halide::Expr& x) {
+  const int bits = x.type().bits();
+  const uint64_t magnitude = bits == 32 ? 0x7fffffffu : 0x7fffu;
+  const uint64_t infinity =
+      bits == 32 ? 0x7f800000u : (x.type() == Halide::Float(16) ? 0x7c00u : 0x7f80u);
+  const Halide::Type u = Halide::UInt(bits);
+  return (bits_of(x) & Halide::Internal::make_const(u, magnitude)) >
+         Halide::Internal::make_const(u, infinity);
+}
+// A max (of a row, key block or split) with nothing attended: exactly kMaskedScore. On the bits:
+// Halide's simplifier rewrites select(x <= c, 0, y) as select(c < x, y, 0), which turns a NaN
+// into "masked" (seen: a NaN block max dropped its block).
+inline Halide::Expr is_masked(const Halide::Expr& score) {
+  return bits_of(score) == Halide::Internal::make_const(Halide::UInt(32), 0xff7fffff);
+}
+// x == +0.0 exactly (what softmax_exp gives for masked and underflowing terms).
+inline Halide::Expr is_plus_zero(const Halide::Expr& x) {
+  return bits_of(x) == Halide::Internal::make_zero(Halide::UInt(x.type().bits()));
+}
+
+// `value`, or 0 where prob is exactly +0 (a masked key, or a weight that underflowed): a term of
+// P.V is prob * masked_by_prob(prob, value), so keys a row does not attend never reach its output,
+// whatever V holds there (0 * NaN or 0 * Inf would be NaN). The value's bits are ANDed with a mask
+// made once per prob: a select on the prob's test (a scalar where one prob multiplies a vector of
+// V) became branches in LLVM's code, where the AND keeps the FMA, with a vpandd beside it.
+inline Halide::Expr masked_by_prob(const Halide::Expr& prob, const Halide::Expr& value) {
+  const Halide::Type t = value.type(), u = Halide::UInt(t.bits());
+  const Halide::Expr keep = Halide::select(is_plus_zero(prob), Halide::Internal::make_zero(u),
+                                           Halide::Internal::make_const(u, -1));
+  return Halide::reinterpret(t, bits_of(value) & keep);
+}
+// A term of P.V. v_finite says that no element of V (of any key, attended or not) is NaN or
+// infinite: then a masked key's prob of exactly 0 adds exactly 0, and the product is taken as it
+// is. Otherwise the value is masked first (masked_by_prob: a vpandd per FMA, +10-25% measured on
+// AVX-512). Schedules specialise the P.V stage on v_finite (schedules/schedule.cpp), so the
+// fast form costs nothing but the scan of V that decides it.
+inline Halide::Expr pv_term(const Halide::Expr& prob, const Halide::Expr& value,
+                            const Halide::Expr& v_finite) {
+  return prob * Halide::select(v_finite, value, masked_by_prob(prob, value));
+}
 
 // exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
-// would underflow (x <= -88) exactly 0.
+// would underflow (x <= -88, -inf) exactly 0, and NaN for NaN (a NaN score reaches its row).
 Halide::Expr softmax_exp(const Halide::Expr& x);
 // exp(x) for x <= 0 where the result is rounded to bf16 next (relative error 2^-9): a cubic
 // (relative error 1.0e-4) and the power of two's exponent by adding 1.5 * 2^23, which rounds to
 // an integer without a round instruction (AVX-512 has none on 16 lanes in Halide 14's x86
-// codegen: vroundps on two halves). Also 0 for x <= -88.
+// codegen: vroundps on two halves). Also 0 for x <= -88, NaN for NaN.
 Halide::Expr softmax_exp_bf16(const Halide::Expr& x);
 
-// acc / sum, or 0 where nothing was attended (sum 0).
+// acc / sum, or 0 where nothing was attended (sum exactly +0); NaN sums stay NaN.
 inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) {
-  return acc * Halide::select(sum > 0.0f, 1.0f / sum, 0.0f);
+  return acc * Halide::select(is_plus_zero(sum), 0.0f, 1.0f / sum);
 }
 
 // Per key block of `block` keys: its max, exps relative to it, their sum and their product with
-// V. scores is (key, row, head, batch) and v (d, key, head, batch); the Funcs defined are
+// V (pv_term, with v_finite). scores is (key, row, head, batch) and v (d, key, head, batch); the
+// Funcs defined are
 //   block_max (kb, row, head, batch), probs (key, row, head, batch) = exp(score - block max)
 //   (0 where masked), block_sum (kb, row, head, batch), block_pv (d, kb, row, head, batch),
 // summing over the keys kb * block + rk. With v_scale (key, head, batch) defined (a quantised V),
@@ -55,7 +101,7 @@ struct KeyBlockStats {
 // (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance).
 KeyBlockStats define_key_block_stats(const Halide::Func& scores, const Halide::Func& v, int block,
                                      const Halide::RDom& rk, const KeyBlockVars& vars,
-                                     int half_chunk = 0,
+                                     const Halide::Expr& v_finite, int half_chunk = 0,
                                      const Halide::Func& v_scale = Halide::Func());
 
 // A running softmax state, or one key block's statistics: the sum of exp(score - max) * v, the

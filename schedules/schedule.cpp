@@ -144,10 +144,41 @@ LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
   return t;
 }
 
-void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
-                        bool autoscheduled, const AttentionTunables& tunables) {
-  if (autoscheduled) return;  // the generator's estimates drive the autoscheduler
-  const TargetInfo info = target_info(target);
+namespace {
+
+// The scan that decides pv_term's form (generator/online_softmax.h): V's largest exponent field,
+// computed first, once, on the CPU (a CUDA kernel's V is a host buffer too), a vector of the head
+// dim at a time (tail lanes guarded: generic head dims), a pass over V at memory speed.
+void schedule_v_scan(AttentionFuncs f, const TargetInfo& info) {
+  Halide::RVar xo("v_xo"), xi("v_xi");
+  Halide::Var u("v_u");
+  const int lanes =
+      std::max(1, info.isa == Isa::kCuda || info.isa == Isa::kGeneric ? 1 : info.f32_lanes);
+  f.v_exponents.compute_root();
+  if (lanes > 1) {
+    Halide::Func partial = f.v_exponents.update()
+                               .split(f.rv.x, xo, xi, lanes, Halide::TailStrategy::GuardWithIf)
+                               .rfactor(xi, u);
+    partial.compute_root().vectorize(u);
+    partial.update().vectorize(u);
+  }
+}
+
+// The P.V stage, specialised on V being finite: the branch a call with finite V takes multiplies
+// as it is (the select in pv_term folds away), the other masks V by the probs. Called once the
+// stage is scheduled, so both branches carry its schedule.
+void specialise_pv(AttentionFuncs f, const AttentionSpec& spec) {
+  if (spec.key_block > 0 && spec.half_pv_chunk > 0) {
+    f.block_pv_half.update().specialize(f.v_finite);
+  } else if (spec.key_block > 0) {
+    f.block_pv.update().specialize(f.v_finite);
+  } else {
+    f.acc.update().specialize(f.v_finite);
+  }
+}
+
+void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                            const AttentionTunables& tunables) {
   if (spec.weights || spec.lse) {
     schedule_attention_inspect(f, spec, info);
     return;
@@ -180,6 +211,17 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
       schedule_attention_generic(f, info);
       return;
   }
+}
+
+}  // namespace
+
+void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halide::Target& target,
+                        bool autoscheduled, const AttentionTunables& tunables) {
+  if (autoscheduled) return;  // the generator's estimates drive the autoscheduler
+  const TargetInfo info = target_info(target);
+  schedule_attention_for(f, spec, info, tunables);
+  schedule_v_scan(f, info);
+  specialise_pv(f, spec);
 }
 
 void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autoscheduled,
@@ -253,10 +295,10 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   return t;
 }
 
-void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
-                     bool autoscheduled, const DecodeTunables& tunables) {
-  if (autoscheduled) return;
-  const TargetInfo info = target_info(target);
+namespace {
+
+void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
+                         const DecodeTunables& tunables) {
   switch (info.isa) {
     case Isa::kCuda:
       schedule_decode_cuda(f, spec, info);
@@ -273,6 +315,17 @@ void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target
       schedule_decode_generic(f, info);
       return;
   }
+}
+
+}  // namespace
+
+void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
+                     bool autoscheduled, const DecodeTunables& tunables) {
+  if (autoscheduled) return;
+  const TargetInfo info = target_info(target);
+  schedule_decode_for(f, spec, info, tunables);
+  // As for attention: the P.V of a layer whose V is finite multiplies as it is.
+  f.block_pv.update().specialize(f.v_finite);
 }
 
 }  // namespace attngen

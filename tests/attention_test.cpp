@@ -94,6 +94,17 @@ TEST_P(AttentionKernel, KeyPadding) {
   base(2, 3, 3, 40, 40).kv_len({25, 40}).Test(GetParam());
 }
 
+// docs/semantics.md, "NaN and infinities": garbage in keys a row does not attend (past kv_len,
+// causal, masked, outside a pattern) never reaches it; NaN and infinities in attended elements
+// reach exactly the rows that read them, as in IEEE arithmetic.
+TEST_P(AttentionKernel, NonFiniteInputs) {
+  for (int rep = 0; rep < 3; ++rep) {
+    base(2, 4, 2, 37, 53).nonfinite().kv_len({41, 53}).Test(GetParam());
+    base(1, 2, 2, 64, 64).nonfinite().Test(GetParam());
+    base(2, 2, 1, 19, 70).nonfinite().top_left().kv_len({70, 25}).Test(GetParam());
+  }
+}
+
 TEST_P(AttentionKernel, TopLeftAlignment) {
   base(1, 2, 2, 21, 34).top_left().Test(GetParam());
   base(2, 2, 1, 34, 21).top_left().Test(GetParam());

@@ -19,6 +19,7 @@ std::string AttentionTester::describe() const {
   if (pattern_.kind != ATTNGEN_PATTERN_NONE) {
     s << " pattern " << pattern_.kind << (layout_.empty() ? "" : " given layout");
   }
+  if (nonfinite_) s << " nonfinite";
   if (weights_) s << " weights";
   if (lse_) s << " lse";
   if (integer_) s << " integers " << integer_;
@@ -60,6 +61,8 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   Call c;
   choose_dtypes(c, kernel);
   make_inputs(c, rng);
+  if (::testing::Test::HasFatalFailure()) return;
+  if (nonfinite_) add_nonfinite(c, rng);
   if (::testing::Test::HasFatalFailure()) return;
   poison_outputs(c);
   build_options(c, kernel, rng);
@@ -119,6 +122,30 @@ void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
   c.tq = c.q.t();
   c.tk = c.k.t();
   c.tv = c.v.t();
+}
+
+void AttentionTester::add_nonfinite(Call& c, std::mt19937_64& rng) const {
+  ASSERT_FALSE(fused_) << "nonfinite() takes separate q, k and v";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double values[3] = {nan, inf, -inf};
+  const auto pick = [&rng](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+  };
+  for (AnyTensor* x : {&c.q, &c.k, &c.v}) {
+    const attngen_tensor& t = x->t();
+    x->set({pick(t.shape[0]), pick(t.shape[1]), pick(t.shape[2]), pick(t.shape[3])},
+           values[pick(3)]);
+  }
+  c.v.set({pick(batch_), skv_ - 1, pick(hkv_), pick(dv_)}, nan);
+  for (int64_t b = 0; b < static_cast<int64_t>(kv_len_.size()); ++b) {
+    for (int64_t j = kv_len_[static_cast<size_t>(b)]; j < skv_; ++j) {
+      for (int64_t h = 0; h < hkv_; ++h) {
+        for (int64_t d = 0; d < dqk_; ++d) c.k.set({b, j, h, d}, values[(j + d) % 3]);
+        for (int64_t d = 0; d < dv_; ++d) c.v.set({b, j, h, d}, values[(j + d + 1) % 3]);
+      }
+    }
+  }
 }
 
 // Every output the call asks for, filled with poison (gaps included).
@@ -185,6 +212,11 @@ void AttentionTester::add_mask(Call& c, std::mt19937_64& rng) const {
     for (auto& m : c.mask_floats) {
       const float x = integer_ ? std::round(4.0f * val(rng)) : val(rng);
       m = keep(rng) ? x : -std::numeric_limits<float>::infinity();
+    }
+    // A NaN in the mask is added to its score: its row becomes NaN.
+    if (nonfinite_) {
+      c.mask_floats[std::uniform_int_distribution<size_t>(0, c.mask_floats.size() - 1)(rng)] =
+          std::numeric_limits<float>::quiet_NaN();
     }
     c.t_mask.data = c.mask_floats.data();
   }

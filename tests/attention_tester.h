@@ -128,6 +128,16 @@ class AttentionTester {
     return *this;
   }
 
+  // Non-finite inputs (docs/semantics.md, "NaN and infinities"): NaN, +inf or -inf at one
+  // random element each of q, k and v, a NaN in V at the last key (attended by the last rows only
+  // under causal masks, by no row past kv_len), and NaN / infinities in every K and V element past
+  // kv_len (padding that was never written). The reference follows IEEE arithmetic over the
+  // attended keys: keys a row does not attend never reach it.
+  AttentionTester& nonfinite(bool n = true) {
+    nonfinite_ = n;
+    return *this;
+  }
+
   // Element types: q, k, v and out in `d` (F32, F16 or BF16); then out_dtype() may make the
   // output F32. Ignored by Test(kernel), which takes the kernel's.
   AttentionTester& dtype(attngen_dtype d) {
@@ -150,6 +160,7 @@ class AttentionTester {
 
   // The steps of Test(), in order.
   void make_inputs(Call& c, std::mt19937_64& rng) const;
+  void add_nonfinite(Call& c, std::mt19937_64& rng) const;
   void poison_outputs(Call& c) const;
   void build_options(Call& c, const attngen_kernel_info* kernel, std::mt19937_64& rng) const;
   void add_kv_len(Call& c) const;
@@ -164,7 +175,7 @@ class AttentionTester {
 
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
-  bool weights_ = false, lse_ = false;
+  bool weights_ = false, lse_ = false, nonfinite_ = false;
   attngen_dtype dtype_ = ATTNGEN_F32, out_dtype_ = ATTNGEN_F32;
   attngen_pattern pattern_{};
   double layout_density_ = 0.5;

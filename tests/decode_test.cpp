@@ -106,6 +106,15 @@ TEST_P(DecodeKernel, ChunkedQueries) {
   base(1, 3, 1).new_tokens(16).lengths({40}).padded(3).Test(GetParam());
 }
 
+// docs/semantics.md, "NaN and infinities": with several queries per step, the rows before a
+// non-finite key (and every row of other sequences) stay as they were.
+TEST_P(DecodeKernel, NonFiniteInputs) {
+  for (int rep = 0; rep < 3; ++rep) {
+    base(2, 4, 2).prefill(17).new_tokens(3).steps(3).nonfinite().Test(GetParam());
+    base(1, 2, 1).prefill(40).nonfinite().Test(GetParam());
+  }
+}
+
 TEST_P(DecodeKernel, BatchOfDifferentLengths) {
   // Prompts of 5, 12 and 1 tokens appended in one call (counts), then token by token until
   // each sequence is complete; finished sequences append and attend nothing (counts 0), and

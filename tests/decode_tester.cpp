@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tests/kv_dtype.h"
 
@@ -120,6 +121,7 @@ std::string DecodeTester::describe() const {
   if (input_dtype_ != ATTNGEN_F32) s += std::string(" input ") + dtype_word(input_dtype_);
   if (realistic_) s += " realistic";
   if (raw_) s += " raw";
+  if (nonfinite_) s += " nonfinite";
   return s;
 }
 
@@ -211,6 +213,19 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
     r.q.fill_random(rng, -1.0, 1.0);
     r.k.fill_random(rng, -1.0, 1.0);
     r.v.fill_random(rng, -1.0, 1.0);
+  }
+  if (nonfinite_) {
+    const double values[3] = {std::numeric_limits<double>::quiet_NaN(),
+                              std::numeric_limits<double>::infinity(),
+                              -std::numeric_limits<double>::infinity()};
+    const auto pick = [&rng](int64_t n) {
+      return std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+    };
+    for (Storage* s : {&r.q, &r.k, &r.v}) {
+      const attngen_tensor& t = s->t;
+      s->set(s->offset({pick(t.shape[0]), pick(t.shape[1]), pick(t.shape[2]), pick(t.shape[3])}),
+             values[pick(3)]);
+    }
   }
   // What the appends take (their input type), and unless raw_kv(), what the cache stores: the
   // reference sees the same values.

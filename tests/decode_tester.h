@@ -115,6 +115,12 @@ class DecodeTester {
     realistic_ = true;
     return *this;
   }
+  // NaN or infinities at one random element each of q, K and V (docs/semantics.md, "NaN and
+  // infinities"): only the rows that attend them (or, for q, the row itself) may change.
+  DecodeTester& nonfinite() {
+    nonfinite_ = true;
+    return *this;
+  }
   // Where Test() reports the error it measured (relative L2, max abs / max|V|).
   DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
     report_rel_ = rel_l2;
@@ -156,7 +162,7 @@ class DecodeTester {
   int64_t window_ = -1, capacity_ = 0, layers_ = 1, layer_ = 0, pad_ = 0;
   int32_t kv_splits_ = 0;
   attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
-  bool raw_ = false, realistic_ = false;
+  bool raw_ = false, realistic_ = false, nonfinite_ = false;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;
   double *report_rel_ = nullptr, *report_abs_ = nullptr;
 };

@@ -107,6 +107,33 @@ TEST_P(GenericKernel, RunTimeOptions) {
   call(37, 53).padded(3).Test(GetParam());
 }
 
+// docs/semantics.md, "NaN and infinities", with the run-time masks and the kernel's pattern.
+TEST_P(GenericKernel, NonFiniteInputs) {
+  const int64_t d = std::min<int64_t>(dqk(), 40), e = std::min<int64_t>(dv(), 24);
+  int n = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    base(2, 2, 1, 33, 70, n++)
+        .head_dim(d, e)
+        .nonfinite()
+        .causal()
+        .kv_len({70, 41})
+        .Test(GetParam());
+    base(2, 2, 2, 23, 50, n++)
+        .head_dim(d, e)
+        .nonfinite()
+        .additive_mask({2, 1, 23, 50})
+        .Test(GetParam());
+    base(1, 2, 2, 40, 40, n++)
+        .head_dim(d, e)
+        .nonfinite()
+        .bool_mask({1, 1, 40, 40})
+        .causal()
+        .top_left()
+        .Test(GetParam());
+    base(1, 2, 1, 29, 64, n++).head_dim(d, e).nonfinite().softcap(3.0f).Test(GetParam());
+  }
+}
+
 // Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal
 // and outside the patterns.
 TEST_P(GenericKernel, Lengths) {

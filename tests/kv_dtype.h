@@ -30,8 +30,15 @@ inline uint16_t bf16_bits(double r) { return ElementTraits<BFloat16>::from_doubl
 
 // The int8 model: scale = max|x| / 127 (in f32, as documented), q = round(x / scale) in
 // [-127, 127]; x[i] is replaced by q * scale (in f32), what the cache reproduces. Returns the
-// scale (0 for a row of zeros).
+// scale (0 for a row of zeros; NaN, and every element NaN, for a row holding a NaN or an
+// infinity, as documented).
 inline float quantise_row(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+  }
   float amax = 0;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::abs(x[i]));
   if (amax == 0) return 0;

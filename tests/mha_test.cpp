@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ struct MhaCase {
   int64_t b, s, e, h;
   bool causal, bias;
   std::vector<int32_t> kv_len;
+  // NaN in one element of the last token's x, and NaN / infinities in every token past kv_len:
+  // the rows that do not attend them stay finite (docs/semantics.md, "NaN and infinities").
+  bool nonfinite = false;
 };
 
 // One layer call in `dtype` (x, every weight and y) on fresh random inputs against the float64
@@ -106,6 +110,16 @@ void run_case(const MhaCase& c, attngen_dtype dtype = ATTNGEN_F32,
     in_b.fill_random(rng, -a, a);
     out_w.fill_random(rng, -a, a);
     out_b.fill_random(rng, -a, a);
+    if (c.nonfinite) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      const double inf = std::numeric_limits<double>::infinity();
+      x.set({c.b - 1, c.s - 1, std::uniform_int_distribution<int64_t>(0, c.e - 1)(rng)}, nan);
+      for (int64_t b = 0; b < static_cast<int64_t>(c.kv_len.size()); ++b) {
+        for (int64_t t = c.kv_len[static_cast<size_t>(b)]; t < c.s; ++t) {
+          for (int64_t e = 0; e < c.e; ++e) x.set({b, t, e}, (t + e) % 2 ? nan : -inf);
+        }
+      }
+    }
     attngen_mha_weights weights{&in_w.t(), c.bias ? &in_b.t() : nullptr, &out_w.t(),
                                 c.bias ? &out_b.t() : nullptr};
     attngen_mha_options opt{};
@@ -175,6 +189,16 @@ TEST_P(MhaKernel, MatchesNnMultiheadAttention) {
       run_case({2, s, h * dh, h, causal, h == 1, {}}, k.dtypes.q, &k);
       run_case({2, s, h * dh, h, causal, true, {static_cast<int32_t>(s), 3}}, k.dtypes.q, &k);
     }
+  }
+}
+
+TEST_P(MhaKernel, NonFiniteInputs) {
+  const attngen_kernel_info& k = *GetParam();
+  const int64_t dh = k.generic ? 25 : k.head_dim_qk, h = 2;
+  for (const bool causal : {false, true}) {
+    if (!k.generic && causal != (k.mask == ATTNGEN_MASK_CAUSAL)) continue;
+    run_case({2, 19, h * dh, h, causal, true, {}, true}, k.dtypes.q, &k);
+    run_case({2, 19, h * dh, h, causal, true, {12, 19}, true}, k.dtypes.q, &k);
   }
 }
 

@@ -24,12 +24,15 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
       const int64_t hk = h / group;
       for (int64_t i = 0; i < Sq; ++i) {
         double m = ninf;
-        bool any = false;
+        bool any = false, nan = false;
         for (int64_t j = 0; j < Skv; ++j) {
           bool ok = j < len;
           if (p.causal) ok = ok && j <= offset + i;
           if (p.keep) ok = ok && p.keep(b, h, i, j);
           if (p.pattern) ok = ok && p.pattern(offset + i, i, j);
+          // An additive mask value at or below -1e29 (-inf included) masks its key
+          // (docs/semantics.md): the key is not attended, whatever its score would be.
+          if (p.add && p.add(b, h, i, j) <= kAdditiveMaskBelow) ok = false;
           attend[static_cast<size_t>(j)] = ok;
           if (!ok) continue;
           double dot = 0.0;
@@ -38,10 +41,14 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
           if (p.softcap > 0.0) x = p.softcap * std::tanh(x / p.softcap);
           if (p.add) x += p.add(b, h, i, j);
           s[static_cast<size_t>(j)] = x;
+          if (std::isnan(x)) nan = true;
           m = std::max(m, x);
           any = true;
         }
-        if (!any || m == ninf) continue;  // fully masked row: output 0
+        // A fully masked row, or one whose scores are all -inf: output 0. A NaN score makes
+        // every exp(s - max), the sum and so the row NaN, as IEEE arithmetic does.
+        if (!any || (!nan && m == ninf)) continue;
+        if (nan) m = std::numeric_limits<double>::quiet_NaN();
         double sum = 0.0;
         for (int64_t j = 0; j < Skv; ++j) {
           if (!attend[static_cast<size_t>(j)]) continue;
@@ -58,7 +65,9 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0.0;
           for (int64_t j = 0; j < Skv; ++j) {
-            if (attend[static_cast<size_t>(j)])
+            // Keys not attended, and keys whose weight is exactly 0 (score -inf), add nothing,
+            // whatever V holds there (docs/semantics.md).
+            if (attend[static_cast<size_t>(j)] && s[static_cast<size_t>(j)] != 0.0)
               acc += s[static_cast<size_t>(j)] * v.at({b, j, hk, d});
           }
           out[static_cast<size_t>(((b * Sq + i) * Hq + h) * Dv + d)] = acc / sum;
@@ -100,6 +109,7 @@ std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, i
       for (int64_t i = 0; i < seq; ++i) {
         std::vector<double> s(static_cast<size_t>(seq), 0.0);
         double m = -std::numeric_limits<double>::infinity();
+        bool nan = false;
         for (int64_t j = 0; j < len; ++j) {
           if (causal && j > len - seq + i) continue;
           double dot = 0.0;
@@ -108,9 +118,11 @@ std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, i
                    qkv[static_cast<size_t>((b * seq + j) * 3 * embed + embed + h * dh + d)];
           }
           s[static_cast<size_t>(j)] = dot * scale;
+          if (std::isnan(dot)) nan = true;
           m = std::max(m, dot * scale);
         }
-        if (m == -std::numeric_limits<double>::infinity()) continue;
+        if (!nan && m == -std::numeric_limits<double>::infinity()) continue;
+        if (nan) m = std::numeric_limits<double>::quiet_NaN();
         double sum = 0.0;
         for (int64_t j = 0; j < len; ++j) {
           if (causal && j > len - seq + i) continue;
@@ -120,7 +132,7 @@ std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, i
         for (int64_t d = 0; d < dh; ++d) {
           double acc = 0.0;
           for (int64_t j = 0; j < len; ++j) {
-            if (causal && j > len - seq + i) continue;
+            if ((causal && j > len - seq + i) || s[static_cast<size_t>(j)] == 0.0) continue;
             acc += s[static_cast<size_t>(j)] *
                    qkv[static_cast<size_t>((b * seq + j) * 3 * embed + 2 * embed + h * dh + d)];
           }

@@ -19,6 +19,9 @@ struct View {
   }
 };
 
+// An additive mask value at or below this masks its key (docs/semantics.md).
+constexpr double kAdditiveMaskBelow = -1e29;
+
 struct RefAttention {
   double scale = 0.0;  // 0: 1/sqrt(Dqk)
   double softcap = 0.0;

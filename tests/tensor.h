@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -304,6 +305,10 @@ class AnyTensor {
   void fill_integers(std::mt19937_64& rng, int n) {
     std::visit([&](auto& x) { x.fill_integers(rng, n); }, v_);
   }
+  // Element idx (a logical index), rounded to the dtype (NaN and infinities kept).
+  void set(const std::vector<int64_t>& idx, double value) {
+    std::visit([&](auto& x) { x.set(x.offset(idx), value); }, v_);
+  }
   std::vector<double> dense() const {
     return std::visit([](const auto& x) { return x.dense(); }, v_);
   }
@@ -351,15 +356,24 @@ inline attngen_dtype tolerance_dtype(attngen_dtype input, attngen_dtype output) 
 
 // got against the float64 reference `want` with the tolerance of `dtype`; max_abs_v scales the
 // max-abs bound (max|V| for attention outputs, 1 for weights).
+// Non-finite values (docs/semantics.md, "NaN and infinities"): where the reference is NaN the
+// output must be NaN, where it is an infinity the same infinity, and everywhere else finite and
+// within the tolerance (errors are taken over those elements).
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
                          double max_abs_v, attngen_dtype dtype) {
   ASSERT_EQ(got.size(), want.size());
   const Tolerance& tol = tolerance_of(dtype);
   double err2 = 0, ref2 = 0, max_err = 0;
-  int64_t not_finite = 0;
+  int64_t not_finite = 0, wrong_nonfinite = 0;
+  size_t first_wrong = got.size();
   for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]) || std::isinf(want[i])) {
+      const bool ok = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+      if (!ok && wrong_nonfinite++ == 0) first_wrong = i;
+      continue;
+    }
     if (!std::isfinite(got[i])) {
-      ++not_finite;
+      if (not_finite++ == 0 && first_wrong == got.size()) first_wrong = i;
       continue;
     }
     const double e = got[i] - want[i];
@@ -367,7 +381,13 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
     ref2 += want[i] * want[i];
     max_err = std::max(max_err, std::abs(e));
   }
-  EXPECT_EQ(not_finite, 0) << "outputs not written or not finite";
+  const auto first = [&] {
+    if (first_wrong == got.size()) return std::string();
+    return " (first at element " + std::to_string(first_wrong) + ": got " +
+           std::to_string(got[first_wrong]) + ", want " + std::to_string(want[first_wrong]) + ")";
+  };
+  EXPECT_EQ(not_finite, 0) << "outputs not written or not finite where the reference is" << first();
+  EXPECT_EQ(wrong_nonfinite, 0) << "NaN / infinities of the reference not reproduced" << first();
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   EXPECT_LE(rel, tol.rel_l2) << "relative L2 error";
   if (tol.abs_per_max > 0) {
@@ -384,7 +404,9 @@ inline void expect_close_f32(const std::vector<double>& got, const std::vector<d
 
 inline double max_abs(const std::vector<double>& x) {
   double m = 0;
-  for (double v : x) m = std::max(m, std::abs(v));
+  for (double v : x) {
+    if (std::isfinite(v)) m = std::max(m, std::abs(v));
+  }
   return m;
 }
 
@@ -394,7 +416,8 @@ inline double max_abs(const View& v) {
   while (true) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * v.strides[d];
-    m = std::max(m, std::abs(static_cast<double>(v.data[off])));
+    const double x = static_cast<double>(v.data[off]);
+    if (std::isfinite(x)) m = std::max(m, std::abs(x));  // (the bound of finite outputs)
     size_t d = idx.size();
     while (d > 0 && ++idx[d - 1] == v.shape[d - 1]) idx[--d] = 0;
     if (d == 0) return m;

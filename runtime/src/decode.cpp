@@ -75,6 +75,7 @@ bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   args.k = &hk.buf;
   args.v = &hv.buf;
   args.kv_scales = cache.scales != nullptr ? &hs.buf : nullptr;
+  args.v_finite = cache.v_nonfinite ? 0 : 1;
   args.kv_len = &hl.buf;
   args.q_len = &hn.buf;
   args.out = &ho.buf;

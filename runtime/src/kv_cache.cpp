@@ -249,6 +249,32 @@ float store_row(const void* src, attngen_dtype src_dtype, int64_t n, attngen_dty
   return 1.0f;
 }
 
+// Whether a row as stored (n elements of dtype at `row`; an I8 row by its scale) holds a NaN or an
+// infinity: what the cache's v_nonfinite tracks for the decode kernels' P.V (kv_cache.h).
+bool stored_row_nonfinite(const uint8_t* row, attngen_dtype dtype, int64_t n, float scale) {
+  switch (dtype) {
+    case ATTNGEN_F32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, row + 4 * i, 4);
+        if ((bits & 0x7f800000u) == 0x7f800000u) return true;
+      }
+      return false;
+    case ATTNGEN_F16:
+    case ATTNGEN_BF16: {
+      const uint16_t exponent = dtype == ATTNGEN_F16 ? 0x7c00u : 0x7f80u;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, row + 2 * i, 2);
+        if ((bits & exponent) == exponent) return true;
+      }
+      return false;
+    }
+    default:  // I8: a row holding a NaN or an infinity has a NaN scale
+      return scale != scale;
+  }
+}
+
 }  // namespace
 
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
@@ -274,6 +300,10 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         if (cache.scales != nullptr) {
           cache.scales[2 * row] = k_scale;
           cache.scales[2 * row + 1] = v_scale;
+        }
+        if (!cache.v_nonfinite) {
+          cache.v_nonfinite = stored_row_nonfinite(slot_data + o.head_dim_qk * esize, o.dtype,
+                                                   o.head_dim_v, v_scale);
         }
       }
     }
@@ -381,6 +411,9 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
       return finish(c, nullptr);
     }
   }
+  // Cleared: the slots past a sequence's length share key blocks with its last positions, which
+  // the kernels read with weight 0; zeros (finite) keep them out of every output (kv_cache.h).
+  std::memset(kv->data, 0, bytes);
   if (o.dtype == ATTNGEN_I8) kv->scales = reinterpret_cast<float*>(kv->data + scales_offset(o));
   kv->options = o;
   *cache = kv;

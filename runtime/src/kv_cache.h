@@ -13,6 +13,11 @@ struct attngen_kv_cache {
   float* scales = nullptr;  // I8 only: [layers, B, Hkv, capacity, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache
   std::vector<int64_t> lengths;  // [layers, B]: positions appended so far
+  // Whether any V appended so far holds a NaN or an infinity (as stored): decode kernels then
+  // mask V by the attention weights, so that positions a query does not attend (future tokens of
+  // the same step, outside a window) never reach it. Sticky for the cache's life; values written
+  // into external storage other than by an append are not seen (docs/semantics.md).
+  bool v_nonfinite = false;
 };
 
 namespace attngen::rt {

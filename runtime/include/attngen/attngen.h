@@ -209,7 +209,10 @@ typedef struct attngen_kv_cache_options {
    * most capacity - L tokens per sequence (so every query still finds its whole window). */
   int64_t window;
   /* Optional caller-provided storage of attngen_kv_cache_storage_size() bytes (64-byte aligned
-   * recommended), outliving the cache. NULL: the cache owns its storage. */
+   * recommended), outliving the cache. NULL: the cache owns its storage. Either way the cache
+   * clears it (zeros) when created; K and V then get into it through appends (values written
+   * into it otherwise must be finite: the decode kernels know of NaN and infinities in V only
+   * from the appends, docs/semantics.md). */
   void* storage;
 } attngen_kv_cache_options;
 

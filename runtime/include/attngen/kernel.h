@@ -34,7 +34,7 @@ typedef enum attngen_mask_tensor_kind {
  * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out
  * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
  *            apart, K and V interleaved, of the cache's dtype), kv_len, q_len,
- *            capacity, window, scale, split_keys, kv_scales (an I8 cache's) -> out */
+ *            capacity, window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
   struct halide_buffer_t *x, *w, *bias, *w2, *bias2;
@@ -55,12 +55,16 @@ typedef struct attngen_kernel_args {
   int32_t num_heads;       /* a generic mha kernel's head count (its head dim E / num_heads) */
   /* decode over an I8 cache: F32 [B, Hkv, slots, 2], each slot's K scale then its V scale */
   struct halide_buffer_t* kv_scales;
+  /* decode: 1 if no V element of the layer is NaN or infinite (the cache knows from its appends):
+   * the kernel's P.V then multiplies as it is; 0 (always correct) masks V by the probabilities
+   * first, so that keys a row does not attend never reach it (docs/semantics.md) */
+  int32_t v_finite;
 } attngen_kernel_args;
 
-/* The version of attngen_kernel_info and attngen_kernel_args (3: kv_scales added). A descriptor
+/* The version of attngen_kernel_info and attngen_kernel_args (4: decode's v_finite). A descriptor
  * carries the version and the struct size of the build that wrote it; the runtime refuses one from
  * an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 3
+#define ATTNGEN_KERNEL_ABI_VERSION 4
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
