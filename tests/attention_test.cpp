@@ -105,6 +105,14 @@ TEST_P(AttentionKernel, NonFiniteInputs) {
   }
 }
 
+// Very negative but finite scores are scores, not masks: every q.k negative and a scale of 1e29
+// put every score below -1e29 (once the masking sentinel's range: rows of 0), and the softmax is
+// one-hot; likewise with a scale that makes them around -1e37.
+TEST_P(AttentionKernel, VeryNegativeScores) {
+  base(1, 2, 1, 23, 41).negative_dots().scale(1e29f).Test(GetParam());
+  base(2, 2, 2, 16, 16).negative_dots().scale(1e36f).Test(GetParam());
+}
+
 TEST_P(AttentionKernel, TopLeftAlignment) {
   base(1, 2, 2, 21, 34).top_left().Test(GetParam());
   base(2, 2, 1, 34, 21).top_left().Test(GetParam());

@@ -20,6 +20,7 @@ std::string AttentionTester::describe() const {
     s << " pattern " << pattern_.kind << (layout_.empty() ? "" : " given layout");
   }
   if (nonfinite_) s << " nonfinite";
+  if (negative_dots_) s << " negative-dots";
   if (weights_) s << " weights";
   if (lse_) s << " lse";
   if (integer_) s << " integers " << integer_;
@@ -118,6 +119,10 @@ void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
   if (integer_) {
     c.q.fill_integers(rng, integer_);
     c.k.fill_integers(rng, integer_);
+  }
+  if (negative_dots_) {
+    c.q.fill_random(rng, 0.1, 1.0);
+    c.k.fill_random(rng, -1.0, -0.1);
   }
   c.tq = c.q.t();
   c.tk = c.k.t();

@@ -75,6 +75,12 @@ class AttentionTester {
     integer_ = n;
     return *this;
   }
+  // q in [0.1, 1) and k in [-1, -0.1): every q.k is negative (with a large scale, every score is
+  // very negative: scores, not masks).
+  AttentionTester& negative_dots(bool n = true) {
+    negative_dots_ = n;
+    return *this;
+  }
   // Per-batch key padding (values in [0, Skv]).
   AttentionTester& kv_len(std::vector<int32_t> l) {
     kv_len_ = std::move(l);
@@ -175,7 +181,7 @@ class AttentionTester {
 
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
   bool causal_ = false, top_left_ = false, fused_ = false, mask_bool_ = true;
-  bool weights_ = false, lse_ = false, nonfinite_ = false;
+  bool weights_ = false, lse_ = false, nonfinite_ = false, negative_dots_ = false;
   attngen_dtype dtype_ = ATTNGEN_F32, out_dtype_ = ATTNGEN_F32;
   attngen_pattern pattern_{};
   double layout_density_ = 0.5;
