@@ -22,11 +22,19 @@ inline Halide::Expr to_f32(const Halide::Expr& x) {
   return Halide::cast<float>(x);
 }
 
-// An f32 result as type t, rounded to nearest even for f16 and bf16 (a bf16 NaN kept quiet).
+// An f32 result as type t, rounded to nearest even for f16 and bf16 (a NaN kept a quiet NaN).
+// f16: Halide 14's emulated cast (targets without native f16 conversions, e.g. plain NEON) tests
+// its overflow bound before NaN and turns every NaN into an infinity; NaN is chosen here first.
 inline Halide::Expr from_f32(const Halide::Expr& x, const Halide::Type& t) {
-  if (t != Halide::BFloat(16)) return Halide::cast(t, x);
   using Halide::reinterpret;
   using Halide::UInt;
+  if (t == Halide::Float(16)) {
+    Halide::Expr bits = reinterpret(UInt(32), x);
+    Halide::Expr nan =
+        (bits & Halide::Expr(uint32_t{0x7fffffff})) > Halide::Expr(uint32_t{0x7f800000});
+    return Halide::select(nan, reinterpret(t, Halide::Expr(uint16_t{0x7e00})), Halide::cast(t, x));
+  }
+  if (t != Halide::BFloat(16)) return Halide::cast(t, x);
   const auto u32 = [](uint32_t v) { return Halide::Expr(v); };
   Halide::Expr bits = reinterpret(UInt(32), x);
   Halide::Expr rounded = (bits + u32(0x7fff) + ((bits >> 16) & u32(1))) >> 16;

@@ -148,18 +148,23 @@ namespace {
 
 // The scan that decides pv_term's form (generator/online_softmax.h): V's largest exponent field,
 // computed first, once, on the CPU (a CUDA kernel's V is a host buffer too), a vector of the head
-// dim at a time (tail lanes guarded: generic head dims), a pass over V at memory speed.
+// dim at a time (tail lanes guarded: generic head dims), chunks of keys in parallel: a pass over
+// V at memory speed.
 void schedule_v_scan(AttentionFuncs f, const TargetInfo& info) {
-  Halide::RVar xo("v_xo"), xi("v_xi");
-  Halide::Var u("v_u");
-  const int lanes =
-      std::max(1, info.isa == Isa::kCuda || info.isa == Isa::kGeneric ? 1 : info.f32_lanes);
+  Halide::RVar xo("v_xo"), xi("v_xi"), zo("v_zo"), zi("v_zi");
+  Halide::Var u("v_u"), c("v_c");
+  const bool simd = info.isa != Isa::kCuda && info.isa != Isa::kGeneric;
+  const int lanes = simd ? info.f32_lanes : 1;
   f.v_exponents.compute_root();
+  // Partial maxima per chunk of 64 keys, in parallel, a vector of the head dim at a time.
+  Halide::Func partial = f.v_exponents.update()
+                             .split(f.rv.x, xo, xi, lanes, Halide::TailStrategy::GuardWithIf)
+                             .split(f.rv.z, zo, zi, 64, Halide::TailStrategy::GuardWithIf)
+                             .rfactor({{xi, u}, {zo, c}});
+  partial.compute_root().parallel(c);
+  partial.update().reorder(u, xo, f.rv.y, zi, f.rv.w, c).parallel(c);
   if (lanes > 1) {
-    Halide::Func partial = f.v_exponents.update()
-                               .split(f.rv.x, xo, xi, lanes, Halide::TailStrategy::GuardWithIf)
-                               .rfactor(xi, u);
-    partial.compute_root().vectorize(u);
+    partial.vectorize(u);
     partial.update().vectorize(u);
   }
 }
