@@ -312,11 +312,12 @@ std::vector<std::string> serial_results(
 
 // ---- Concurrency and determinism ----
 
-// 8 threads run every op over and over on inputs of their own (decode over caches of their own)
-// while another thread changes the thread count (1 to 4), the ISA dispatch is restricted to, and
-// gives memory back. Each result must equal, bitwise, what the kernel that ran (
-// attngen_last_kernel()) gave for the same call run alone: kernels of different ISAs may round
-// differently, but one kernel's result depends neither on the thread count nor on other calls.
+// 8 threads run every op over and over, on shared read-only inputs into outputs of their own
+// (decode over caches of their own), while another thread changes the thread count (1 to 4) and
+// the ISA dispatch is restricted to, and gives memory back. Each result must equal, bitwise, what
+// the kernel that ran ( attngen_last_kernel()) gave for the same call run alone: kernels of
+// different ISAs may round differently, but one kernel's result depends neither on the thread count
+// nor on other calls.
 TEST(Concurrency, MixedCallsBitwiseEqualSerial) {
   RestoreSettings restore;
   const std::vector<Job> jobs = mixed_jobs();
