@@ -565,9 +565,9 @@ CpuUse cpu_use(Job& job, int threads) {
 // After running on 2 threads, calls on 1 thread use one CPU: Halide 14's pool never shrinks by
 // itself, and the worker the 2-thread pool had made kept taking tasks. Measured on the 2-core
 // dev machine before the pool was stopped on lowering the count: on 1 thread, 48-71% of the
-// CPU time was spent on other threads; CPU / wall time stayed near 1 only because other builds
-// kept the second core busy (it does not show where the machine is loaded; the share does).
-// Now 0%.
+// CPU time was spent on other threads, and CPU / wall time was 1.50 (1.87 on 2 threads) in a
+// moment the second core was free; where other builds keep it busy the ratio stays near 1
+// whatever the pool does, the share shows it anyway. Now 0% and 1.00.
 TEST(Resources, LoweringThreadsLowersCpuUse) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
   RestoreSettings restore;
