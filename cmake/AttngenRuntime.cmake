@@ -14,6 +14,7 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/kv_cache.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/pattern.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/threads.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
               "${ATTNGEN_REGISTRY_SOURCE}")
   target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")

@@ -8,6 +8,9 @@
 // tile, so an exact-size cache misses every time. Power-of-two classes
 // were measured faster than an exact-size cache and than glibc (bench/RESULTS.md,
 // "Measurements behind the code's choices").
+//
+// Each thread's cache is bounded (block_cache.h: at most 16 blocks and 16 MiB) and freed when the
+// thread exits, or by attngen_release_memory() on the thread that calls it (threads.cpp).
 #include <cstdlib>
 
 #include "HalideRuntime.h"
@@ -40,6 +43,12 @@ void scratch_release(void* p) {
   block_cache::release(nullptr, p);
 #else
   std::free(p);
+#endif
+}
+
+void release_thread_scratch() {
+#if !defined(__SANITIZE_ADDRESS__)
+  block_cache::release_all();
 #endif
 }
 

@@ -1,12 +1,10 @@
 // The C API: validate every argument, pick a kernel, run it with Halide's errors captured.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runtime/src/internal.h"
@@ -17,7 +15,6 @@ namespace {
 
 thread_local std::string t_last_error;
 thread_local std::string t_last_kernel;
-std::atomic<int> g_num_threads{0};  // attngen_set_num_threads(); 0: Halide's default
 
 // Per-call sink for Halide's error messages, passed to kernels as their user_context.
 struct CallContext {
@@ -199,7 +196,11 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
                           const attngen_kernel_args& args) {
   install_halide_hooks();
   CallContext ctx;
-  const int result = kernel->run(&ctx, &args);
+  int result;
+  {
+    const KernelRunScope running;  // Halide's thread pool stays as it is meanwhile
+    result = kernel->run(&ctx, &args);
+  }
   if (result != 0) {
     std::string msg = "kernel '" + std::string(kernel->name) + "' failed (Halide error " +
                       std::to_string(result) + ")";
@@ -223,16 +224,6 @@ attngen_status run_linear(Check& c, const attngen_kernel_info* kernel, const att
   args.bias = &hb.buf;
   args.out = &hy.buf;
   return run_kernel(c, kernel, args);
-}
-
-int thread_count() {
-  const int set = g_num_threads.load();
-  if (set > 0) return set;
-  if (const char* env = std::getenv("HL_NUM_THREADS")) {  // Halide's own default
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 attngen_status finish(const Check& c, const attngen_kernel_info* kernel) {
@@ -647,17 +638,6 @@ const char* attngen_status_name(attngen_status status) {
       break;
   }
   return "ATTNGEN_ERROR_UNKNOWN";
-}
-
-attngen_status attngen_set_num_threads(int threads) {
-  Check c;
-  if (threads < 0) {
-    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "threads is negative");
-  } else {
-    halide_set_num_threads(threads);
-    g_num_threads.store(threads);
-  }
-  return finish(c, nullptr);
 }
 
 }  // extern "C"

@@ -54,7 +54,7 @@ bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   std::vector<int32_t> kv_len(static_cast<size_t>(o.batch));
   int64_t longest = 0;
   for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t n = cache.lengths[static_cast<size_t>(layer * o.batch + b)];
+    const int64_t n = cache_length(cache, layer, b);
     kv_len[static_cast<size_t>(b)] = static_cast<int32_t>(n);
     longest = std::max(longest, n);
   }
@@ -200,7 +200,10 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
       !check_append_fits(c, *cache, layer, counts)) {
     return finish(c, nullptr);
   }
-  if (!check_clear_of_cache(c, *cache, layer, *y, "y", true)) return finish(c, nullptr);
+  if (!check_clear_of_cache(c, *cache, layer, *y, "y", true) ||
+      !reserve_lengths(c, *cache, layer)) {
+    return finish(c, nullptr);
+  }
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
   const attngen_kernel_info* decode =
       linear != nullptr ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr) : nullptr;

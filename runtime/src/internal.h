@@ -137,7 +137,20 @@ class F32Staging {
   std::vector<Staged> staged_;
 };
 
-// Threads the kernels run on (attngen_set_num_threads(), or Halide's default).
+// Threads the kernels run on (attngen_set_num_threads(), or Halide's default; threads.cpp).
 int thread_count();
+
+// Held while a kernel runs (run_kernel()): attngen_set_num_threads() and attngen_release_memory()
+// resize or stop Halide's thread pool only while no kernel holds one (threads.cpp).
+class KernelRunScope {
+ public:
+  KernelRunScope();
+  ~KernelRunScope();
+  KernelRunScope(const KernelRunScope&) = delete;
+  KernelRunScope& operator=(const KernelRunScope&) = delete;
+};
+
+// Frees the calling thread's cached scratch blocks (allocator.cpp).
+void release_thread_scratch();
 
 }  // namespace attngen::rt

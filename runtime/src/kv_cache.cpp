@@ -1,6 +1,6 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
 // ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in the cache's dtype; an
-// I8 cache's scales after all layers), lengths per layer and sequence, appends (converting
+// I8 cache's scales after all layers), lengths per used layer and sequence, appends (converting
 // from F32, F16 or BF16) with full validation before anything is written.
 #include "runtime/src/kv_cache.h"
 
@@ -26,12 +26,9 @@ const char* const kCountsDims[] = {"B"};
 
 bool ring(const attngen_kv_cache& cache) { return cache.options.window >= 0; }
 
+// A layer's lengths, which reserve_lengths() has allocated.
 int64_t& length_of(attngen_kv_cache& cache, int64_t layer, int64_t b) {
-  return cache.lengths[static_cast<size_t>(layer * cache.options.batch + b)];
-}
-
-int64_t length_of(const attngen_kv_cache& cache, int64_t layer, int64_t b) {
-  return cache.lengths[static_cast<size_t>(layer * cache.options.batch + b)];
+  return cache.lengths.at(layer)[static_cast<size_t>(b)];
 }
 
 // Elements of one slot (K then V) and of one layer; bytes of an element.
@@ -140,6 +137,22 @@ void* aligned_storage(size_t bytes) {
 
 }  // namespace
 
+int64_t cache_length(const attngen_kv_cache& cache, int64_t layer, int64_t b) {
+  const auto it = cache.lengths.find(layer);
+  return it == cache.lengths.end() ? 0 : it->second[static_cast<size_t>(b)];
+}
+
+bool reserve_lengths(Check& c, attngen_kv_cache& cache, int64_t layer) {
+  if (cache.lengths.count(layer) != 0) return true;
+  try {
+    cache.lengths.emplace(layer, std::vector<int64_t>(static_cast<size_t>(cache.options.batch)));
+  } catch (const std::bad_alloc&) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
+                  "cannot allocate the lengths of layer " + std::to_string(layer));
+  }
+  return true;
+}
+
 bool check_cache_layer(Check& c, const attngen_kv_cache* cache, int64_t layer) {
   if (cache == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "cache is NULL");
   if (layer < 0 || layer >= cache->options.layers) {
@@ -173,7 +186,7 @@ bool check_append_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
                        const std::vector<int32_t>& counts) {
   const attngen_kv_cache_options& o = cache.options;
   for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t n = counts[static_cast<size_t>(b)], len = length_of(cache, layer, b);
+    const int64_t n = counts[static_cast<size_t>(b)], len = cache_length(cache, layer, b);
     const std::string where =
         "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
     if (ring(cache) && n > o.capacity - o.window) {
@@ -200,7 +213,7 @@ bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
                        const std::vector<int32_t>& counts) {
   const attngen_kv_cache_options& o = cache.options;
   for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t n = counts[static_cast<size_t>(b)], len = length_of(cache, layer, b);
+    const int64_t n = counts[static_cast<size_t>(b)], len = cache_length(cache, layer, b);
     const std::string where =
         "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
     if (n > len) {
@@ -385,15 +398,9 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
     return finish(c, nullptr);
   }
   if (!check_options(c, options, o, bytes)) return finish(c, nullptr);
+  // The lengths come with each layer's first append (reserve_lengths()): nothing here grows
+  // with the layers but the storage.
   auto* kv = new (std::nothrow) attngen_kv_cache;
-  if (kv != nullptr) {
-    try {
-      kv->lengths.assign(static_cast<size_t>(o.layers * o.batch), 0);
-    } catch (const std::bad_alloc&) {
-      delete kv;
-      kv = nullptr;
-    }
-  }
   if (kv == nullptr) {
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the cache");
     return finish(c, nullptr);
@@ -455,6 +462,7 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
       !check_clear_of_cache(c, *cache, layer, *v, "v", false)) {
     return finish(c, nullptr);
   }
+  if (!reserve_lengths(c, *cache, layer)) return finish(c, nullptr);
   append_rows(*cache, layer, *k, *v, n);
   return finish(c, nullptr);
 }
@@ -470,7 +478,7 @@ attngen_status attngen_kv_cache_length(const attngen_kv_cache* cache, int64_t la
            "sequence is " + std::to_string(sequence) + ", expected 0 <= sequence < " +
                std::to_string(cache->options.batch) + " (the cache's batch)");
   } else {
-    *length = length_of(*cache, layer, sequence);
+    *length = cache_length(*cache, layer, sequence);
   }
   return finish(c, nullptr);
 }
@@ -483,12 +491,10 @@ attngen_status attngen_kv_cache_reset(attngen_kv_cache* cache, int64_t sequence)
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "sequence is " + std::to_string(sequence) +
                                                ", expected -1 (all) or 0 <= sequence < " +
                                                std::to_string(cache->options.batch));
+  } else if (sequence < 0) {
+    cache->lengths.clear();  // every layer holds 0 positions again, as created
   } else {
-    for (int64_t layer = 0; layer < cache->options.layers; ++layer) {
-      for (int64_t b = 0; b < cache->options.batch; ++b) {
-        if (sequence < 0 || b == sequence) length_of(*cache, layer, b) = 0;
-      }
-    }
+    for (auto& layer : cache->lengths) layer.second[static_cast<size_t>(sequence)] = 0;
   }
   return finish(c, nullptr);
 }

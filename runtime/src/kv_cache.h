@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/src/internal.h"
@@ -12,7 +13,10 @@ struct attngen_kv_cache {
   uint8_t* data = nullptr;  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot
   float* scales = nullptr;  // I8 only: [layers, B, Hkv, capacity, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache
-  std::vector<int64_t> lengths;  // [layers, B]: positions appended so far
+  // Positions appended so far to each sequence, [B] per layer, allocated by the layer's first
+  // append: a cache of many layers costs no bookkeeping for the layers not used yet (a layer
+  // absent here holds 0 positions in every sequence).
+  std::unordered_map<int64_t, std::vector<int64_t>> lengths;
   // Whether any V appended so far holds a NaN or an infinity (as stored): decode kernels then
   // mask V by the attention weights, so that positions a query does not attend (future tokens of
   // the same step, outside a window) never reach it. Sticky for the cache's life; values written
@@ -24,6 +28,13 @@ namespace attngen::rt {
 
 // cache != NULL and 0 <= layer < layers.
 bool check_cache_layer(Check& c, const attngen_kv_cache* cache, int64_t layer);
+
+// Positions appended so far to sequence b of the layer.
+int64_t cache_length(const attngen_kv_cache& cache, int64_t layer, int64_t b);
+
+// Allocates the layer's lengths, if not yet, before its first append: ATTNGEN_ERROR_OUT_OF_MEMORY
+// (and nothing appended) if that fails.
+bool reserve_lengths(Check& c, attngen_kv_cache& cache, int64_t layer);
 
 // Per-sequence token counts: I32 [B] with values in [0, t], or all t when `counts` is NULL.
 bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64_t t,
@@ -40,7 +51,7 @@ bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
 
 // Converts the first counts[b] rows of k and v ([B, t, Hkv, D] of F32, F16 or BF16, already
 // validated) into the layer's slots, in the cache's dtype (an I8 cache: quantised, with their
-// scales). Cannot fail.
+// scales). Cannot fail once reserve_lengths() has succeeded for the layer.
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const std::vector<int32_t>& counts);
 

@@ -298,8 +298,26 @@ const char* attngen_last_kernel(void);
 /* Stable name of a status, e.g. "ATTNGEN_ERROR_SHAPE". */
 const char* attngen_status_name(attngen_status status);
 
-/* Threads used by the kernels (0: one per core, the default). */
+/* The most threads attngen_set_num_threads() accepts (Halide's thread pool holds no more). */
+#define ATTNGEN_MAX_THREADS 256
+
+/* Threads used by the kernels, 1 to ATTNGEN_MAX_THREADS (0: HL_NUM_THREADS if set, else one per
+ * core, the default); ATTNGEN_ERROR_INVALID_ARGUMENT outside 0 .. ATTNGEN_MAX_THREADS. Each call
+ * runs on its calling thread plus up to threads - 1 workers of a pool shared by all calls of the
+ * process; the count goes down as well as up: lowering it stops the pool's threads (it restarts
+ * at the new size), after waiting for the kernels running on other threads to finish, and calls
+ * starting meanwhile wait for it. A kernel's results do not depend on the count (bitwise),
+ * except attngen_decode()'s with kv_splits = 0, whose automatic split follows it. Process-wide
+ * (the pool is Halide's: other Halide code of the process shares it). */
 attngen_status attngen_set_num_threads(int threads);
+
+/* Gives back the memory attngen keeps for reuse: the calling thread's cache of scratch blocks
+ * (every thread keeps at most 16 blocks and 16 MiB, freed when the thread exits), and those of
+ * the kernels' worker threads, by stopping the thread pool as lowering the thread count does
+ * (it restarts with the next call); then asks malloc to return its free pages to the system.
+ * Other threads' caches stay (each frees its own on exit, or by calling this). Always
+ * ATTNGEN_OK. */
+attngen_status attngen_release_memory(void);
 
 /* Restricts automatic kernel choice to one instruction set ("avx512", "avx2", "sse41", "neon",
  * "cuda"), e.g. to compare variants; NULL or "" restores the default: the best CPU ISA this
