@@ -5,6 +5,7 @@
 #include "runtime/src/kv_cache.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -130,9 +131,13 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   return true;
 }
 
-void* aligned_storage(size_t bytes) {
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  return std::aligned_alloc(kAlignment, rounded);
+// Zeroed storage aligned to kAlignment, from calloc (large blocks come as fresh zero pages, so a
+// big cache is not committed before it is written); *raw is what to free.
+uint8_t* zeroed_storage(size_t bytes, void** raw) {
+  *raw = bytes > SIZE_MAX - kAlignment ? nullptr : std::calloc(1, bytes + kAlignment);
+  if (*raw == nullptr) return nullptr;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(*raw);
+  return reinterpret_cast<uint8_t*>((p + kAlignment - 1) / kAlignment * kAlignment);
 }
 
 }  // namespace
@@ -409,7 +414,7 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
     kv->data = static_cast<uint8_t*>(o.storage);
   } else {
     kv->owned = true;
-    kv->data = static_cast<uint8_t*>(aligned_storage(bytes));
+    kv->data = zeroed_storage(bytes, &kv->raw);
     o.storage = kv->data;
     if (kv->data == nullptr) {
       attngen_kv_cache_destroy(kv);
@@ -418,9 +423,10 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
       return finish(c, nullptr);
     }
   }
-  // Cleared: the slots past a sequence's length share key blocks with its last positions, which
-  // the kernels read with weight 0; zeros (finite) keep them out of every output (kv_cache.h).
-  std::memset(kv->data, 0, bytes);
+  // Cleared (owned storage comes zeroed): the slots past a sequence's length share key blocks
+  // with its last positions, which the kernels read with weight 0; zeros (finite) keep them out
+  // of every output (kv_cache.h).
+  if (!kv->owned) std::memset(kv->data, 0, bytes);
   if (o.dtype == ATTNGEN_I8) kv->scales = reinterpret_cast<float*>(kv->data + scales_offset(o));
   kv->options = o;
   *cache = kv;
@@ -429,7 +435,7 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
 
 void attngen_kv_cache_destroy(attngen_kv_cache* cache) {
   if (cache == nullptr) return;
-  if (cache->owned) std::free(cache->data);
+  if (cache->owned) std::free(cache->raw);
   delete cache;
 }
 

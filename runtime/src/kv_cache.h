@@ -13,6 +13,7 @@ struct attngen_kv_cache {
   uint8_t* data = nullptr;  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot
   float* scales = nullptr;  // I8 only: [layers, B, Hkv, capacity, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache
+  void* raw = nullptr;      // owned storage: the allocation (data is aligned within it)
   // Positions appended so far to each sequence, [B] per layer, allocated by the layer's first
   // append: a cache of many layers costs no bookkeeping for the layers not used yet (a layer
   // absent here holds 0 positions in every sequence).
