@@ -52,17 +52,16 @@ size_t scales_offset(const attngen_kv_cache_options& o) {
   return (kv + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-bool is_cache_dtype(attngen_dtype d) {
+bool is_cache_dtype(int32_t d) {
   return d == ATTNGEN_F32 || d == ATTNGEN_F16 || d == ATTNGEN_BF16 || d == ATTNGEN_I8;
 }
 
 // The dtypes an append converts from.
 bool check_input_dtype(Check& c, const attngen_tensor* t, const char* name) {
-  if (t == nullptr || t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 ||
-      t->dtype == ATTNGEN_BF16) {
-    return true;  // (NULL is check_tensor's to report)
-  }
-  return c.fail(ATTNGEN_ERROR_DTYPE, std::string(name) + " has dtype " + dtype_name(t->dtype) +
+  if (t == nullptr) return true;               // (NULL is check_tensor's to report)
+  const int32_t dtype = enum_value(t->dtype);  // any int a caller stored
+  if (dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16) return true;
+  return c.fail(ATTNGEN_ERROR_DTYPE, std::string(name) + " has dtype " + dtype_name(dtype) +
                                          ", expected F32, F16 or BF16 (the types an append "
                                          "converts into the cache's)");
 }
@@ -92,9 +91,10 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                                                  std::to_string(s.value) + " exceeds 2^31 - 1");
     }
   }
-  if (!is_cache_dtype(o.dtype)) {
-    return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(o.dtype) +
-                                           " (" + std::to_string(static_cast<int>(o.dtype)) +
+  const int32_t dtype = enum_value(o.dtype);  // any int a caller stored
+  if (!is_cache_dtype(dtype)) {
+    return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(dtype) + " (" +
+                                           std::to_string(dtype) +
                                            "), expected F32, F16, BF16 or I8");
   }
   if (o.window < -1) {
@@ -102,10 +102,12 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                   "options.window is " + std::to_string(o.window) +
                       ", expected -1 (none) or a left window L >= 0");
   }
-  if (o.window >= 0 && o.capacity < o.window + 1) {
+  if (o.window >= o.capacity) {  // (capacity < window + 1, which may overflow)
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                   "options.capacity is " + std::to_string(o.capacity) +
-                      ", expected >= window + 1 = " + std::to_string(o.window + 1) +
+                      ", expected >= window + 1 = " +
+                      (o.window < std::numeric_limits<int64_t>::max() ? std::to_string(o.window + 1)
+                                                                      : "2^63") +
                       " (a ring buffer keeps a whole window)");
   }
   // A kernel addresses one layer of the cache (and an I8 cache's scales of one layer) as one
@@ -156,9 +158,10 @@ bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64
   if (counts == nullptr) return true;
   const TensorSpec spec{"counts", ATTNGEN_I32, 1, kCountsDims};
   if (!check_tensor(c, counts, spec) || !check_dim(c, *counts, spec, 0, batch, "B")) return false;
-  const auto* data = static_cast<const int32_t*>(counts->data);
+  const auto* data = static_cast<const uint8_t*>(counts->data);
   for (int64_t b = 0; b < batch; ++b) {
-    const int32_t n = data[b * counts->strides[0]];
+    int32_t n;  // the caller's data need not be 4-byte aligned
+    std::memcpy(&n, data + b * counts->strides[0] * 4, sizeof n);
     if (n < 0 || n > t) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                     "counts[" + std::to_string(b) + "] is " + std::to_string(n) +

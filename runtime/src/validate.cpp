@@ -27,56 +27,30 @@ bool Check::fail(attngen_status status, std::string message) {
   return false;
 }
 
-const char* dtype_name(attngen_dtype dtype) {
-  switch (dtype) {
-    case ATTNGEN_F32:
-      return "F32";
-    case ATTNGEN_F16:
-      return "F16";
-    case ATTNGEN_BF16:
-      return "BF16";
-    case ATTNGEN_BOOL:
-      return "BOOL";
-    case ATTNGEN_I32:
-      return "I32";
-    case ATTNGEN_I8:
-      return "I8";
-    case ATTNGEN_DTYPE_FORCE_32BIT:
-      break;
-  }
-  return "unknown dtype";
+bool is_dtype(int32_t v) { return v >= ATTNGEN_F32 && v <= ATTNGEN_I8; }
+
+const char* dtype_name(int32_t dtype) {
+  static const char* const kNames[] = {"F32", "F16", "BF16", "BOOL", "I32", "I8"};
+  return is_dtype(dtype) ? kNames[dtype] : "unknown dtype";
 }
 
-size_t dtype_size(attngen_dtype dtype) {
-  switch (dtype) {
-    case ATTNGEN_F32:
-    case ATTNGEN_I32:
-      return 4;
-    case ATTNGEN_F16:
-    case ATTNGEN_BF16:
-      return 2;
-    case ATTNGEN_BOOL:
-    case ATTNGEN_I8:
-      return 1;
-    case ATTNGEN_DTYPE_FORCE_32BIT:
-      break;
-  }
-  return 0;
+size_t dtype_size(int32_t dtype) {
+  static const size_t kSizes[] = {4, 2, 2, 1, 4, 1};
+  return is_dtype(dtype) ? kSizes[dtype] : 0;
 }
 
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   const std::string name = spec.name;
   if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
   if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
-  const bool floating =
-      t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 || t->dtype == ATTNGEN_BF16;
-  if (spec.floating ? !floating
-                    : t->dtype != spec.dtype && !(spec.or_f32 && t->dtype == ATTNGEN_F32)) {
+  const int32_t dtype = enum_value(t->dtype);  // any int a caller stored
+  const bool floating = dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16;
+  if (spec.floating ? !floating : dtype != spec.dtype && !(spec.or_f32 && dtype == ATTNGEN_F32)) {
     std::string expected = spec.floating ? "F32, F16 or BF16" : dtype_name(spec.dtype);
     if (spec.dtype_of != nullptr) expected += std::string(" (the dtype of ") + spec.dtype_of + ")";
     if (spec.or_f32 && spec.dtype != ATTNGEN_F32) expected += " or F32";
     return c.fail(ATTNGEN_ERROR_DTYPE,
-                  name + " has dtype " + dtype_name(t->dtype) + ", expected " + expected);
+                  name + " has dtype " + dtype_name(dtype) + ", expected " + expected);
   }
   if (t->rank != spec.rank) {
     std::string dims;
@@ -107,8 +81,7 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
       return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) +
                                                  "] = " + std::to_string(s) + " exceeds 2^31 - 1");
     }
-    last_byte += (n - 1) * s;
-    if (last_byte > kMaxIndex) break;  // reported below; avoids overflow
+    if (last_byte <= kMaxIndex) last_byte += (n - 1) * s;  // saturates past 2^31: no overflow
   }
   const int inner = spec.rank - 1;
   if (t->shape[inner] > 1 && t->strides[inner] != 1) {
@@ -116,9 +89,8 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
                                             std::to_string(t->strides[inner]) +
                                             ", the innermost dimension must be contiguous (1)");
   }
-  const int64_t bytes = last_byte > kMaxIndex
-                            ? last_byte
-                            : (last_byte + 1) * static_cast<int64_t>(dtype_size(t->dtype));
+  const int64_t bytes =
+      last_byte > kMaxIndex ? last_byte : (last_byte + 1) * static_cast<int64_t>(dtype_size(dtype));
   if (bytes > kMaxIndex) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE,
                   name + " spans more than 2^31 - 1 bytes, the most a kernel can address");

@@ -61,7 +61,10 @@ typedef struct attngen_tensor {
   int64_t strides[ATTNGEN_MAX_RANK]; /* in elements, outermost first */
 } attngen_tensor;
 
-/* A densely packed (row-major) tensor of the given shape. */
+/* A densely packed (row-major) tensor of the given shape. A stride past int64 (shapes whose
+ * product overflows) is INT64_MAX, and so is every stride outside it: every call rejects such a
+ * tensor with ATTNGEN_ERROR_TOO_LARGE. The dtype is stored as given (any int), and checked by the
+ * call that takes the tensor. */
 attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_t rank,
                                          const int64_t* shape);
 

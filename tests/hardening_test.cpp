@@ -1,0 +1,295 @@
+// Regression tests of a hostile user's report (issue 17, findings 3 to 6): every int64 and enum
+// input is defined (no crash, no undefined behaviour: the ASan/UBSan suite runs these too),
+// bad input is a named status with nothing written, output overlap is exact, and no input of a
+// decode step may lie in the cache storage the step writes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+namespace {
+
+using Storage = Tensor<float>;
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// Stores any int in an enum field, as a C caller may (no C++ conversion to the enum is made).
+template <typename E>
+void store_int(E& field, int32_t v) {
+  static_assert(sizeof(E) == sizeof v);
+  std::memcpy(&field, &v, sizeof v);
+}
+
+bool mentions(const std::string& needle) {
+  return std::string(attngen_last_error()).find(needle) != std::string::npos;
+}
+
+#define EXPECT_STATUS(call, status)                                                              \
+  do {                                                                                           \
+    const attngen_status st_ = (call);                                                           \
+    EXPECT_STREQ(attngen_status_name(st_), attngen_status_name(status)) << attngen_last_error(); \
+  } while (0)
+
+// ---- Finding 4: undefined behaviour in validation ----
+
+class HardeningAttention : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(fresh_seed());
+    q.init({2, 5, 4, 64}, 0);
+    k.init({2, 7, 2, 64}, 0);
+    v.init({2, 7, 2, 64}, 0);
+    out.init({2, 5, 4, 64}, 0);
+    q.fill_random(rng, -1, 1);
+    k.fill_random(rng, -1, 1);
+    v.fill_random(rng, -1, 1);
+    opt = attngen_attention_options_default();
+  }
+
+  // The call fails with `status` (compared by name), its message mentions `needle`, and out
+  // still holds poison, byte for byte.
+  void expect_error(attngen_status status, const std::string& needle) {
+    const std::vector<float> before = out.buf;
+    EXPECT_STATUS(attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt), status);
+    EXPECT_TRUE(mentions(needle)) << "message '" << attngen_last_error() << "' lacks '" << needle
+                                  << "'";
+    EXPECT_EQ(std::memcmp(before.data(), out.buf.data(), before.size() * sizeof(float)), 0)
+        << "output written on error";
+  }
+
+  Storage q, k, v, out;
+  attngen_attention_options opt;
+};
+
+TEST_F(HardeningAttention, EnumFieldsOutOfRange) {
+  for (int32_t bad : {-1, 2, 1000, std::numeric_limits<int32_t>::min()}) {
+    SCOPED_TRACE(bad);
+    store_int(opt.mask, bad);
+    expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "mask is " + std::to_string(bad));
+    opt = attngen_attention_options_default();
+    store_int(opt.alignment, bad);
+    expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "alignment is " + std::to_string(bad));
+    opt = attngen_attention_options_default();
+    store_int(opt.pattern.kind, bad == 2 ? 5 : bad);
+    expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "pattern: kind is");
+    opt = attngen_attention_options_default();
+  }
+  for (int32_t bad : {-1, 6, 1000}) {
+    SCOPED_TRACE(bad);
+    store_int(q.t.dtype, bad);
+    expect_error(ATTNGEN_ERROR_DTYPE, "q has dtype unknown dtype");
+    q.t.dtype = ATTNGEN_F32;
+    store_int(k.t.dtype, bad);
+    expect_error(ATTNGEN_ERROR_DTYPE, "k has dtype unknown dtype");
+    k.t.dtype = ATTNGEN_F32;
+    store_int(out.t.dtype, bad);
+    expect_error(ATTNGEN_ERROR_DTYPE, "out has dtype");
+    out.t.dtype = ATTNGEN_F32;
+    Storage mask({7}, 0);
+    store_int(mask.t.dtype, bad);
+    opt.mask_tensor = &mask.t;
+    expect_error(ATTNGEN_ERROR_MASK, "mask_tensor has dtype");
+    opt = attngen_attention_options_default();
+  }
+}
+
+TEST(HardeningApi, StatusNameOfAnyInt) {
+  // As a C caller passes it: an int where the enum is (same ABI), never a C++ enum conversion.
+  const auto name_of = reinterpret_cast<const char* (*)(int32_t)>(&attngen_status_name);
+  EXPECT_STREQ(name_of(-1), "ATTNGEN_ERROR_UNKNOWN");
+  EXPECT_STREQ(name_of(1000), "ATTNGEN_ERROR_UNKNOWN");
+  EXPECT_STREQ(name_of(std::numeric_limits<int32_t>::min()), "ATTNGEN_ERROR_UNKNOWN");
+  EXPECT_STREQ(name_of(ATTNGEN_ERROR_ABI), "ATTNGEN_ERROR_ABI");
+}
+
+TEST(HardeningApi, ContiguousStridesSaturateAndAreRejected) {
+  const int64_t huge[4] = {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40, 4};
+  float cell = 0.0f;
+  const attngen_tensor t = attngen_tensor_contiguous(&cell, ATTNGEN_F32, 4, huge);
+  EXPECT_EQ(t.strides[3], 1);
+  EXPECT_EQ(t.strides[2], 4);
+  EXPECT_EQ(t.strides[1], int64_t{1} << 42);
+  EXPECT_EQ(t.strides[0], kMax) << "a stride past int64 is documented as INT64_MAX";
+  // Every call rejects such a tensor: TOO_LARGE.
+  const int64_t rows_shape[3] = {int64_t{1} << 40, int64_t{1} << 40, 8};
+  attngen_tensor x = attngen_tensor_contiguous(&cell, ATTNGEN_F32, 3, rows_shape);
+  EXPECT_EQ(x.strides[0], int64_t{1} << 43);
+  Storage w({5, 8}, 0), y({1, 3, 5}, 0);
+  EXPECT_STATUS(attngen_linear(&x, &w.t, nullptr, &y.t), ATTNGEN_ERROR_TOO_LARGE);
+  const int64_t wrap[3] = {int64_t{1} << 62, 4, 8};  // 2^62 * 32 wraps to 0
+  x = attngen_tensor_contiguous(&cell, ATTNGEN_F32, 3, wrap);
+  EXPECT_EQ(x.strides[0], 32);
+  const int64_t wrap4[4] = {4, int64_t{1} << 62, 4, 8};
+  const attngen_tensor t4 = attngen_tensor_contiguous(&cell, ATTNGEN_F32, 4, wrap4);
+  EXPECT_EQ(t4.strides[0], kMax);
+  for (float f : y.buf) EXPECT_TRUE(is_poison(f));
+  // A dtype of any int (passed as a C caller passes it) is stored as given.
+  const auto contiguous =
+      reinterpret_cast<attngen_tensor (*)(void*, int32_t, int32_t, const int64_t*)>(
+          &attngen_tensor_contiguous);
+  const attngen_tensor odd = contiguous(&cell, -1, 1, rows_shape + 2);
+  int32_t stored;
+  std::memcpy(&stored, &odd.dtype, sizeof stored);
+  EXPECT_EQ(stored, -1);
+}
+
+TEST_F(HardeningAttention, F32MaskSpanOverflowIsTooLarge) {
+  // Skv = 2^31 - 1 keys, all one row (stride 0: inputs may repeat), and an F32 mask [Skv] whose
+  // stride makes (Skv - 1) * stride * 4 bytes pass 2^63.
+  const int64_t skv = std::numeric_limits<int32_t>::max();
+  q.init({1, 1, 1, 64}, 0);
+  out.init({1, 1, 1, 64}, 0);
+  std::vector<float> row(64, 0.5f);
+  for (Storage* s : {&k, &v}) {
+    s->t.data = row.data();
+    s->t.shape[0] = 1;
+    s->t.shape[1] = skv;
+    s->t.shape[2] = 1;
+    s->t.strides[0] = s->t.strides[1] = s->t.strides[2] = 0;
+  }
+  std::vector<float> cells(4, 0.0f);
+  attngen_tensor mask{};
+  mask.data = cells.data();
+  mask.dtype = ATTNGEN_F32;
+  mask.rank = 1;
+  mask.shape[0] = skv;
+  mask.strides[0] = skv;
+  opt.mask_tensor = &mask;
+  expect_error(ATTNGEN_ERROR_TOO_LARGE, "mask_tensor spans more than 2^31 - 1 bytes");
+}
+
+TEST_F(HardeningAttention, MisalignedKvLenIsReadAsIs) {
+  // kv_len's I32 values at an odd address: read as they are (no misaligned int32 load).
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt), ATTNGEN_OK) << attngen_last_error();
+  alignas(8) unsigned char bytes[1 + 2 * sizeof(int32_t)] = {};
+  const int32_t n[2] = {7, 4};
+  std::memcpy(bytes + 1, n, sizeof n);
+  const int64_t b = 2;
+  const attngen_tensor kv_len = attngen_tensor_contiguous(bytes + 1, ATTNGEN_I32, 1, &b);
+  std::vector<int32_t> aligned(n, n + 2);
+  const attngen_tensor kv_len_aligned =
+      attngen_tensor_contiguous(aligned.data(), ATTNGEN_I32, 1, &b);
+  Storage out2({2, 5, 4, 64}, 0);
+  opt.kv_len = &kv_len_aligned;
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &out2.t, &opt), ATTNGEN_OK);
+  opt.kv_len = &kv_len;
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(std::memcmp(out.buf.data(), out2.buf.data(), out.buf.size() * sizeof(float)), 0);
+  // An invalid value behind a misaligned pointer is still reported by value.
+  const int32_t bad[2] = {7, 9};
+  std::memcpy(bytes + 1, bad, sizeof bad);
+  Storage out3({2, 5, 4, 64}, 0);
+  EXPECT_STATUS(attngen_attention(&q.t, &k.t, &v.t, &out3.t, &opt), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("kv_len[1] is 9"));
+  EXPECT_TRUE(out3.all_poison());
+}
+
+TEST(HardeningMha, EnumFieldsOutOfRange) {
+  Storage x({1, 4, 128}, 0), in_w({384, 128}, 0), out_w({128, 128}, 0), y({1, 4, 128}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  x.fill_random(rng, -1, 1);
+  in_w.fill_random(rng, -0.1, 0.1);
+  out_w.fill_random(rng, -0.1, 0.1);
+  const attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
+  attngen_mha_options opt{};
+  opt.num_heads = 2;
+  store_int(opt.mask, -1);
+  EXPECT_STATUS(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("mask is -1"));
+  opt.mask = ATTNGEN_MASK_NONE;
+  store_int(opt.alignment, 7);
+  EXPECT_STATUS(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("alignment is 7"));
+  opt.alignment = ATTNGEN_ALIGN_TOP_LEFT;
+  store_int(x.t.dtype, -1);
+  EXPECT_STATUS(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_DTYPE);
+  EXPECT_TRUE(y.all_poison());
+}
+
+TEST(HardeningRegistry, DescriptorEnumsOutOfRange) {
+  const attngen_kernel_info* builtin = attngen_kernel_at(0);
+  ASSERT_NE(builtin, nullptr);
+  attngen_kernel_info k = *builtin;
+  k.name = "hardening_bad_enum";
+  store_int(k.mask_tensor, 7);
+  EXPECT_STATUS(attngen_register_kernel(&k), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("mask_tensor is 7"));
+  k = *builtin;
+  k.name = "hardening_bad_enum";
+  store_int(k.op, -1);
+  EXPECT_STATUS(attngen_register_kernel(&k), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  k = *builtin;
+  k.name = "hardening_bad_enum";
+  store_int(k.dtypes.cache, -1);
+  EXPECT_STATUS(attngen_register_kernel(&k), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_find_kernel("hardening_bad_enum"), nullptr);
+}
+
+TEST(HardeningKvCache, WindowExtremesAreCleanErrors) {
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 1;
+  o.batch = 1;
+  o.heads_kv = 1;
+  o.head_dim_qk = 64;
+  o.capacity = 8;
+  attngen_kv_cache* c = nullptr;
+  size_t bytes = 0;
+  for (int64_t window : {kMax, kMax - 1, int64_t{8}, int64_t{1} << 40}) {
+    SCOPED_TRACE(window);
+    o.window = window;
+    EXPECT_STATUS(attngen_kv_cache_create(&o, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(mentions("options.capacity is 8, expected >= window + 1"));
+    EXPECT_EQ(c, nullptr);
+    EXPECT_STATUS(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  }
+  o.window = kMin;
+  EXPECT_STATUS(attngen_kv_cache_create(&o, &c), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  o.window = -1;
+  store_int(o.dtype, -1);
+  EXPECT_STATUS(attngen_kv_cache_create(&o, &c), ATTNGEN_ERROR_DTYPE);
+  EXPECT_TRUE(mentions("options.dtype is unknown dtype (-1)"));
+  EXPECT_EQ(c, nullptr);
+}
+
+TEST(HardeningKvCache, AppendEnumAndMisalignedCounts) {
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 1;
+  o.batch = 2;
+  o.heads_kv = 1;
+  o.head_dim_qk = 64;
+  o.capacity = 8;
+  attngen_kv_cache* c = nullptr;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &c), ATTNGEN_OK);
+  Storage k({2, 3, 1, 64}, 0), v({2, 3, 1, 64}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  k.fill_random(rng, -1, 1);
+  v.fill_random(rng, -1, 1);
+  store_int(k.t.dtype, -1);
+  EXPECT_STATUS(attngen_kv_cache_append(c, 0, &k.t, &v.t, nullptr), ATTNGEN_ERROR_DTYPE);
+  EXPECT_TRUE(mentions("k has dtype unknown dtype"));
+  k.t.dtype = ATTNGEN_F32;
+  // counts at an odd address.
+  alignas(8) unsigned char bytes[1 + 2 * sizeof(int32_t)] = {};
+  const int32_t n[2] = {3, 1};
+  std::memcpy(bytes + 1, n, sizeof n);
+  const int64_t b = 2;
+  const attngen_tensor counts = attngen_tensor_contiguous(bytes + 1, ATTNGEN_I32, 1, &b);
+  ASSERT_EQ(attngen_kv_cache_append(c, 0, &k.t, &v.t, &counts), ATTNGEN_OK) << attngen_last_error();
+  int64_t len = -1;
+  ASSERT_EQ(attngen_kv_cache_length(c, 0, 1, &len), ATTNGEN_OK);
+  EXPECT_EQ(len, 1);
+  attngen_kv_cache_destroy(c);
+}
+
+}  // namespace
+}  // namespace attngen::test
