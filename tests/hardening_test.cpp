@@ -40,6 +40,138 @@ bool mentions(const std::string& needle) {
     EXPECT_STREQ(attngen_status_name(st_), attngen_status_name(status)) << attngen_last_error(); \
   } while (0)
 
+// ---- Finding 3: attngen_pattern_attends is defined for every input ----
+
+// The patterns' definitions (attngen.h) in 128-bit integers: the answer for any int64 input.
+int reference_attends(const attngen_pattern& p, int64_t pos, int64_t j) {
+  const __int128 d = static_cast<__int128>(pos) - j;
+  const __int128 a = d < 0 ? -d : d;
+  switch (p.kind) {
+    case ATTNGEN_PATTERN_WINDOW:
+      return (p.window_left < 0 || j >= static_cast<__int128>(pos) - p.window_left) &&
+             (p.window_right < 0 || j <= static_cast<__int128>(pos) + p.window_right);
+    case ATTNGEN_PATTERN_STRIDED:
+      return a < p.stride || d % p.stride == 0;
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      return a <= p.local || j < p.global_tokens || pos < p.global_tokens;
+    default:
+      return -1;
+  }
+}
+
+TEST(HardeningPattern, ExtremePositionsAnswerCorrectly) {
+  attngen_pattern window{};
+  window.kind = ATTNGEN_PATTERN_WINDOW;
+  window.window_left = 5;
+  window.window_right = 3;
+  attngen_pattern left_only = window;
+  left_only.window_right = -1;
+  attngen_pattern right_only = window;
+  right_only.window_left = -1;
+  attngen_pattern strided{};
+  strided.kind = ATTNGEN_PATTERN_STRIDED;
+  strided.stride = 4;
+  attngen_pattern strided_max = strided;
+  strided_max.stride = std::numeric_limits<int32_t>::max();
+  attngen_pattern global{};
+  global.kind = ATTNGEN_PATTERN_GLOBAL_LOCAL;
+  global.local = 2;
+  global.global_tokens = 3;
+  const int64_t values[] = {kMin, kMin + 1, kMin + 3, -5, -1, 0, 1, 2, 5, kMax - 3, kMax - 1, kMax};
+  int checked = 0;
+  for (const attngen_pattern& p : {window, left_only, right_only, strided, strided_max, global}) {
+    for (int64_t pos : values) {
+      for (int64_t j : values) {
+        SCOPED_TRACE("kind " + std::to_string(p.kind) + " p " + std::to_string(pos) + " j " +
+                     std::to_string(j));
+        ASSERT_EQ(attngen_pattern_attends(&p, pos, 0, j), reference_attends(p, pos, j));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 12 * 12);
+  // Spot checks the reference itself: p = INT64_MIN sits next to itself and to a multiple of 4.
+  EXPECT_EQ(attngen_pattern_attends(&window, kMin, 0, kMin), 1);
+  EXPECT_EQ(attngen_pattern_attends(&strided, kMin, 0, 0), 1);
+  EXPECT_EQ(attngen_pattern_attends(&strided, kMin, 0, kMax), 0);
+  EXPECT_EQ(attngen_pattern_attends(&global, kMax, 0, kMin), 1);  // j < global_tokens
+}
+
+TEST(HardeningPattern, MalformedPatternsAnswerZero) {
+  attngen_pattern p{};
+  store_int(p.kind, -1);
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  store_int(p.kind, 1000);
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  p = attngen_pattern{};
+  p.kind = ATTNGEN_PATTERN_WINDOW;
+  p.window_left = p.window_right = -1;  // both unbounded: a call rejects it
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  p.window_left = -7;
+  p.window_right = 2;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  p = attngen_pattern{};
+  p.kind = ATTNGEN_PATTERN_GLOBAL_LOCAL;
+  p.local = -1;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  p.kind = ATTNGEN_PATTERN_STRIDED;
+  p.stride = 0;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  EXPECT_EQ(attngen_pattern_attends(nullptr, 0, 0, 0), 0);
+}
+
+TEST(HardeningPattern, BlockSparseLayoutIsValidatedBeforeItIsRead) {
+  // A valid 2 x 2 layout of block 4: only the diagonal blocks attend.
+  uint8_t cells[4] = {1, 0, 0, 1};
+  const int64_t shape[2] = {2, 2};
+  attngen_tensor layout = attngen_tensor_contiguous(cells, ATTNGEN_BOOL, 2, shape);
+  attngen_pattern p{};
+  p.kind = ATTNGEN_PATTERN_BLOCK_SPARSE;
+  p.block = 4;
+  p.layout = &layout;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 5, 6), 1);
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 5, 2), 0);
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 3), 1);
+  // Outside the layout, or negative or extreme indices.
+  for (int64_t i : {kMin, int64_t{-1}, int64_t{8}, kMax}) {
+    EXPECT_EQ(attngen_pattern_attends(&p, 0, i, 0), 0) << i;
+    EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, i), 0) << i;
+  }
+  // Malformed layouts answer 0 without reading anything (the report's stride -(1 << 40)
+  // crashed here).
+  const struct {
+    const char* what;
+    void (*spoil)(attngen_tensor&);
+  } cases[] = {
+      {"stride -(1 << 40)", [](attngen_tensor& t) { t.strides[0] = -(int64_t{1} << 40); }},
+      {"stride 1 << 40", [](attngen_tensor& t) { t.strides[0] = int64_t{1} << 40; }},
+      {"stride INT64_MAX", [](attngen_tensor& t) { t.strides[0] = kMax; }},
+      {"stride INT64_MIN", [](attngen_tensor& t) { t.strides[1] = kMin; }},
+      {"inner stride 2", [](attngen_tensor& t) { t.strides[1] = 2; }},
+      {"dtype F32", [](attngen_tensor& t) { t.dtype = ATTNGEN_F32; }},
+      {"dtype -1", [](attngen_tensor& t) { store_int(t.dtype, -1); }},
+      {"rank 3", [](attngen_tensor& t) { t.rank = 3; }},
+      {"rank -1", [](attngen_tensor& t) { t.rank = -1; }},
+      {"shape 0", [](attngen_tensor& t) { t.shape[0] = 0; }},
+      {"shape -2", [](attngen_tensor& t) { t.shape[1] = -2; }},
+      {"shape INT64_MAX", [](attngen_tensor& t) { t.shape[0] = kMax; }},
+      {"data NULL", [](attngen_tensor& t) { t.data = nullptr; }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    attngen_tensor bad = layout;
+    c.spoil(bad);
+    p.layout = &bad;
+    EXPECT_EQ(attngen_pattern_attends(&p, 0, 5, 6), 0);
+    EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  }
+  p.layout = &layout;
+  p.block = 0;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+  p.block = -4;
+  EXPECT_EQ(attngen_pattern_attends(&p, 0, 0, 0), 0);
+}
+
 // ---- Finding 4: undefined behaviour in validation ----
 
 class HardeningAttention : public ::testing::Test {

@@ -107,7 +107,11 @@ typedef struct attngen_pattern {
 attngen_pattern attngen_pattern_local(int32_t w);
 
 /* Whether query i (at position p) attends key j under the pattern alone (no causal, no
- * padding); for tools that draw or count patterns. Returns 0 for a malformed pattern. */
+ * padding); for tools that draw or count patterns. Defined for every p, i and j (no overflow at
+ * the int64 extremes). Returns 0 for a malformed pattern: one whose kind or parameters a call
+ * rejects, or a block-sparse layout that is no valid BOOL rank-2 tensor (sizes >= 1, strides
+ * >= 0 with the inner one 1, spanning below 2^31 bytes) or that (i / block, j / block) falls
+ * outside. */
 int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i, int64_t j);
 
 typedef struct attngen_attention_options {
