@@ -14,6 +14,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "runtime/src/internal.h"  // rt::self_overlap, rt::bytes_overlap
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -421,6 +422,253 @@ TEST(HardeningKvCache, AppendEnumAndMisalignedCounts) {
   ASSERT_EQ(attngen_kv_cache_length(c, 0, 1, &len), ATTNGEN_OK);
   EXPECT_EQ(len, 1);
   attngen_kv_cache_destroy(c);
+}
+
+// ---- Finding 5: exact output overlap ----
+
+// Whether two indices of a tensor of these sizes and strides reach the same element.
+bool brute_force_overlap(int rank, const int64_t* shape, const int64_t* strides) {
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (;;) {
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) off += idx[static_cast<size_t>(d)] * strides[d];
+    offsets.push_back(off);
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++idx[static_cast<size_t>(d)] < shape[d]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
+    if (d < 0) break;
+  }
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
+}
+
+TEST_F(HardeningAttention, DisjointStridedOutputIsAccepted) {
+  // out [2, 2, 1, 64], strides [192, 128, 64, 1]: elements at b * 192 + s * 128 + d, disjoint.
+  q.init({2, 2, 1, 64}, 0);
+  k.init({2, 3, 1, 64}, 0);
+  v.init({2, 3, 1, 64}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  q.fill_random(rng, -1, 1);
+  k.fill_random(rng, -1, 1);
+  v.fill_random(rng, -1, 1);
+  Storage dense({2, 2, 1, 64}, 0);
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &dense.t, &opt), ATTNGEN_OK);
+  std::vector<float> buf(384, poison());
+  attngen_tensor strided = dense.t;
+  strided.data = buf.data();
+  const int64_t strides[4] = {192, 128, 64, 1};
+  std::copy(strides, strides + 4, strided.strides);
+  ASSERT_FALSE(brute_force_overlap(4, strided.shape, strided.strides));
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &strided, &opt), ATTNGEN_OK)
+      << attngen_last_error();
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t s = 0; s < 2; ++s) {
+      for (int64_t d = 0; d < 64; ++d) {
+        EXPECT_EQ(buf[static_cast<size_t>(b * 192 + s * 128 + d)],
+                  dense.buf[static_cast<size_t>((b * 2 + s) * 64 + d)]);
+      }
+    }
+  }
+  for (int64_t gap : {64, 127, 256, 319}) EXPECT_TRUE(is_poison(buf[static_cast<size_t>(gap)]));
+}
+
+TEST(HardeningLinear, OutputOverlapIsExact) {
+  std::mt19937_64 rng(fresh_seed());
+  Storage x({2, 2, 8}, 0), w({64, 8}, 0);
+  x.fill_random(rng, -1, 1);
+  w.fill_random(rng, -1, 1);
+  Storage dense({2, 2, 64}, 0);
+  ASSERT_EQ(attngen_linear(&x.t, &w.t, nullptr, &dense.t), ATTNGEN_OK) << attngen_last_error();
+  // y [2, 2, 64], strides [192, 128, 1]: disjoint, accepted.
+  std::vector<float> buf(192 + 128 + 64, poison());
+  attngen_tensor y = dense.t;
+  y.data = buf.data();
+  y.strides[0] = 192;
+  y.strides[1] = 128;
+  ASSERT_EQ(attngen_linear(&x.t, &w.t, nullptr, &y), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(buf[192 + 128 + 63], dense.buf[3 * 64 + 63]);
+  EXPECT_TRUE(is_poison(buf[64]));
+  // strides [124, 64, 1]: y[0, 1, 60..63] and y[1, 0, 0..3] share memory: rejected.
+  std::vector<float> before(buf.size(), poison());
+  buf = before;
+  y.strides[0] = 124;
+  y.strides[1] = 64;
+  ASSERT_TRUE(brute_force_overlap(3, y.shape, y.strides));
+  EXPECT_STATUS(attngen_linear(&x.t, &w.t, nullptr, &y), ATTNGEN_ERROR_STRIDE);
+  EXPECT_TRUE(mentions("overlap"));
+  EXPECT_EQ(std::memcmp(buf.data(), before.data(), buf.size() * sizeof(float)), 0);
+}
+
+TEST(HardeningLinear, RandomStridesAgreeWithBruteForce) {
+  // y [B, S, N] with random outer strides: accepted exactly when no two elements coincide.
+  std::mt19937_64 rng(fresh_seed());
+  int accepted = 0, rejected = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t batch = 1 + rng() % 3, seq = 1 + rng() % 4, n = 1 + rng() % 4;
+    Storage x({batch, seq, 8}, 0), w({n, 8}, 0);
+    x.fill_random(rng, -1, 1);
+    w.fill_random(rng, -1, 1);
+    const int64_t shape[3] = {batch, seq, n};
+    int64_t strides[3] = {static_cast<int64_t>(rng() % 13), static_cast<int64_t>(rng() % 9), 1};
+    const bool overlap = brute_force_overlap(3, shape, strides);
+    std::vector<float> buf(
+        static_cast<size_t>((batch - 1) * strides[0] + (seq - 1) * strides[1] + n), poison());
+    attngen_tensor y = attngen_tensor_contiguous(buf.data(), ATTNGEN_F32, 3, shape);
+    std::copy(strides, strides + 3, y.strides);
+    SCOPED_TRACE("shape " + std::to_string(batch) + "," + std::to_string(seq) + "," +
+                 std::to_string(n) + " strides " + std::to_string(strides[0]) + "," +
+                 std::to_string(strides[1]));
+    const attngen_status st = attngen_linear(&x.t, &w.t, nullptr, &y);
+    if (overlap) {
+      ASSERT_STREQ(attngen_status_name(st), "ATTNGEN_ERROR_STRIDE") << "a missed overlap";
+      ++rejected;
+    } else {
+      ASSERT_STREQ(attngen_status_name(st), "ATTNGEN_OK")
+          << "a false positive: " << attngen_last_error();
+      ++accepted;
+    }
+  }
+  EXPECT_GT(accepted, 50);
+  EXPECT_GT(rejected, 50);
+}
+
+// ---- Finding 5: the overlap tests against brute force, on thousands of small cases ----
+
+TEST(HardeningOverlap, SelfOverlapAgreesWithBruteForce) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("ATTNGEN_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int overlapping = 0, disjoint = 0, searched = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int rank = 1 + static_cast<int>(rng() % ATTNGEN_MAX_RANK);
+    int64_t shape[ATTNGEN_MAX_RANK], strides[ATTNGEN_MAX_RANK];
+    const int64_t max_stride = trial % 2 ? 13 : 60;
+    for (int d = 0; d < rank; ++d) {
+      shape[d] = 1 + static_cast<int64_t>(rng() % (rank > 3 ? 3 : 5));
+      strides[d] = static_cast<int64_t>(rng() % static_cast<uint64_t>(max_stride));
+    }
+    const bool want = brute_force_overlap(rank, shape, strides);
+    const rt::Overlap got = rt::self_overlap(rank, shape, strides);
+    ASSERT_NE(got, rt::Overlap::kUnknown);
+    if (got != (want ? rt::Overlap::kOverlap : rt::Overlap::kNone)) {
+      std::string what;
+      for (int d = 0; d < rank; ++d) {
+        what += " " + std::to_string(shape[d]) + "/" + std::to_string(strides[d]);
+      }
+      FAIL() << (want ? "missed overlap:" : "false positive:") << what;
+    }
+    (want ? overlapping : disjoint) += 1;
+    // The cases the sufficient test does not settle are the ones that need the search.
+    int64_t sorted[ATTNGEN_MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (shape[d] > 1) sorted[n++] = d;
+    }
+    std::sort(sorted, sorted + n, [&](int64_t a, int64_t b) { return strides[a] < strides[b]; });
+    int64_t reach = 0;
+    bool sufficient = true;
+    for (int i = 0; i < n; ++i) {
+      if (strides[sorted[i]] <= reach) sufficient = false;
+      reach += (shape[sorted[i]] - 1) * strides[sorted[i]];
+    }
+    searched += !sufficient && !want;
+  }
+  EXPECT_GT(overlapping, 1000);
+  EXPECT_GT(disjoint, 1000);
+  EXPECT_GT(searched, 100) << "disjoint cases that only the exact search settles";
+}
+
+TEST(HardeningOverlap, BytesOverlapAgreesWithBruteForce) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("ATTNGEN_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  alignas(64) static unsigned char arena[1 << 14];
+  const attngen_dtype dtypes[] = {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BOOL, ATTNGEN_I32};
+  const int64_t sizes[] = {4, 2, 1, 4};
+  int overlapping = 0, disjoint = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    attngen_tensor t[2];
+    std::vector<int> bytes(sizeof arena, 0);
+    bool want = false;
+    for (int which = 0; which < 2; ++which) {
+      attngen_tensor& x = t[which];
+      x = attngen_tensor{};
+      const int dt = static_cast<int>(rng() % 4);
+      x.dtype = dtypes[dt];
+      x.rank = 1 + static_cast<int>(rng() % 3);
+      for (int d = 0; d < x.rank; ++d) {
+        x.shape[d] = 1 + static_cast<int64_t>(rng() % 4);
+        x.strides[d] = static_cast<int64_t>(rng() % 24);
+      }
+      const int64_t offset = static_cast<int64_t>(rng() % 64) * sizes[dt];
+      x.data = arena + offset;
+      std::vector<int64_t> idx(static_cast<size_t>(x.rank), 0);
+      for (;;) {
+        int64_t off = offset;
+        for (int d = 0; d < x.rank; ++d)
+          off += idx[static_cast<size_t>(d)] * x.strides[d] * sizes[dt];
+        for (int64_t b = 0; b < sizes[dt]; ++b) {
+          int& mark = bytes[static_cast<size_t>(off + b)];
+          if (which == 1 && mark == 1) want = true;
+          if (which == 0) mark = 1;
+        }
+        int d = x.rank - 1;
+        for (; d >= 0; --d) {
+          if (++idx[static_cast<size_t>(d)] < x.shape[d]) break;
+          idx[static_cast<size_t>(d)] = 0;
+        }
+        if (d < 0) break;
+      }
+    }
+    const rt::Overlap got = rt::bytes_overlap(t[0], t[1]);
+    ASSERT_NE(got, rt::Overlap::kUnknown);
+    ASSERT_EQ(got == rt::Overlap::kOverlap, want) << "trial " << trial;
+    ASSERT_EQ(rt::bytes_overlap(t[1], t[0]), got) << "symmetric";
+    (want ? overlapping : disjoint) += 1;
+  }
+  EXPECT_GT(overlapping, 1000);
+  EXPECT_GT(disjoint, 1000);
+}
+
+TEST(HardeningAlias, FusedQkvWithOutputInTheGapsPasses) {
+  // One buffer [B, S, 4 * Hq * D]: q, k and v are its first three column blocks and out the
+  // fourth. No byte is shared, though every byte range meets.
+  constexpr int64_t kB = 2, kS = 3, kH = 2, kD = 64, kRow = 4 * kH * kD;
+  std::mt19937_64 rng(fresh_seed());
+  std::vector<float> fused(static_cast<size_t>(kB * kS * kRow));
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (float& f : fused) f = u(rng);
+  const int64_t shape[4] = {kB, kS, kH, kD};
+  const auto view = [&](int part) {
+    attngen_tensor t =
+        attngen_tensor_contiguous(fused.data() + part * kH * kD, ATTNGEN_F32, 4, shape);
+    t.strides[0] = kS * kRow;
+    t.strides[1] = kRow;
+    return t;
+  };
+  const attngen_tensor q = view(0), k = view(1), v = view(2);
+  attngen_tensor out = view(3);
+  for (int64_t r = 0; r < kB * kS; ++r) {
+    std::fill_n(fused.begin() + r * kRow + 3 * kH * kD, kH * kD, poison());
+  }
+  Storage dense({kB, kS, kH, kD}, 0);
+  ASSERT_EQ(attngen_attention(&q, &k, &v, &dense.t, nullptr), ATTNGEN_OK) << attngen_last_error();
+  const std::vector<float> inputs = fused;
+  ASSERT_EQ(attngen_attention(&q, &k, &v, &out, nullptr), ATTNGEN_OK) << attngen_last_error();
+  for (int64_t r = 0; r < kB * kS; ++r) {
+    for (int64_t c = 0; c < kH * kD; ++c) {
+      const size_t at = static_cast<size_t>(r * kRow + c);
+      ASSERT_EQ(fused[at], inputs[at]) << "an input changed";
+      ASSERT_EQ(fused[at + 3 * kH * kD], dense.buf[static_cast<size_t>(r * kH * kD + c)]);
+    }
+  }
+  // out over the v block instead: shares bytes with v.
+  out = view(2);
+  EXPECT_STATUS(attngen_attention(&q, &k, &v, &out, nullptr), ATTNGEN_ERROR_ALIAS);
+  EXPECT_TRUE(mentions("out overlaps v"));
 }
 
 }  // namespace

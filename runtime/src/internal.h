@@ -71,6 +71,17 @@ inline bool checked_mul(int64_t a, int64_t b, int64_t* r) {
 const char* dtype_name(int32_t dtype);
 size_t dtype_size(int32_t dtype);
 
+// Whether some element of a tensor is reached by two different indices (its elements overlap),
+// for sizes >= 1 and strides >= 0 (elements, not bytes) whose offsets fit in int64. Exact: a
+// search over index differences with pruning, bounded in work; kUnknown where a tensor defeats
+// that bound (docs/semantics.md, "Output overlap").
+enum class Overlap { kNone, kOverlap, kUnknown };
+Overlap self_overlap(int rank, const int64_t* shape, const int64_t* strides);
+
+// Whether some byte of tensor a is also a byte of tensor b (both validated: sizes >= 1, strides
+// >= 0, spans below 2^31 bytes); exact, like self_overlap().
+Overlap bytes_overlap(const attngen_tensor& a, const attngen_tensor& b);
+
 // Null, dtype, rank, sizes, strides, addressable extent; for outputs also self-overlap.
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
 
@@ -78,7 +89,8 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
 bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim, int64_t expected,
                const char* what);
 
-// The output's bytes must not overlap the input's.
+// The output's bytes must not overlap the input's (exactly: interleaved views that share no
+// byte pass; docs/semantics.md, "Output overlap").
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
                     const attngen_tensor& in, const char* in_name);
 

@@ -27,8 +27,10 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_HEADS,              /* query heads not a multiple of kv heads, or E % heads */
   ATTNGEN_ERROR_EMPTY,              /* a size of 0 */
   ATTNGEN_ERROR_TOO_LARGE,          /* a size, stride or extent in memory too large to index */
-  ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative) */
-  ATTNGEN_ERROR_ALIAS,              /* the output overlaps an input or itself */
+  ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative,
+                                       no two elements of an output at one address) */
+  ATTNGEN_ERROR_ALIAS,              /* the output shares a byte with an input (or a decode's
+                                       input one with the cache storage the call writes) */
   ATTNGEN_ERROR_MASK,               /* mask tensor of the wrong dtype or shape */
   ATTNGEN_ERROR_INVALID_ARGUMENT,   /* a bad scalar option (scale, softcap, kv_len values, enum) */
   ATTNGEN_ERROR_NO_KERNEL,          /* no kernel was generated for this configuration */
