@@ -671,5 +671,138 @@ TEST(HardeningAlias, FusedQkvWithOutputInTheGapsPasses) {
   EXPECT_TRUE(mentions("out overlaps v"));
 }
 
+// ---- Finding 6: no input of a decode step inside the cache storage it writes ----
+
+class HardeningMhaDecode : public ::testing::Test {
+ protected:
+  static constexpr int64_t kB = 2, kT = 2, kE = 64, kH = 1;
+
+  void SetUp() override {
+    std::mt19937_64 rng(fresh_seed());
+    o = attngen_kv_cache_options_default();
+    o.layers = 2;
+    o.batch = kB;
+    o.heads_kv = kH;
+    o.head_dim_qk = kE / kH;
+    o.capacity = 8;
+    size_t bytes = 0;
+    ASSERT_EQ(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_OK);
+    cache_floats = bytes / sizeof(float);
+    // Room past the cache's storage for tensors that start inside it.
+    store.assign(cache_floats + 3 * kE * kE + 64, 0.25f);
+    o.storage = store.data();
+    ASSERT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_OK) << attngen_last_error();
+    x.init({kB, kT, kE}, 0);
+    in_w.init({3 * kE, kE}, 0);
+    in_b.init({3 * kE}, 0);
+    out_w.init({kE, kE}, 0);
+    out_b.init({kE}, 0);
+    y.init({kB, kT, kE}, 0);
+    for (Storage* s : {&x, &in_w, &in_b, &out_w, &out_b}) s->fill_random(rng, -0.2, 0.2);
+    opt.num_heads = kH;
+  }
+  void TearDown() override { attngen_kv_cache_destroy(cache); }
+
+  // The step fails with ATTNGEN_ERROR_ALIAS naming `needle`; the cache (storage and lengths)
+  // and y are untouched.
+  void expect_alias(const attngen_tensor& xs, const attngen_mha_weights& w,
+                    const std::string& needle) {
+    SCOPED_TRACE(needle);
+    const std::vector<float> before = store;
+    EXPECT_STATUS(attngen_mha_decode(&xs, &w, cache, 1, &y.t, &opt), ATTNGEN_ERROR_ALIAS);
+    EXPECT_TRUE(mentions(needle)) << attngen_last_error();
+    EXPECT_EQ(std::memcmp(before.data(), store.data(), store.size() * sizeof(float)), 0)
+        << "cache storage written on error";
+    int64_t n = -1;
+    ASSERT_EQ(attngen_kv_cache_length(cache, 1, 0, &n), ATTNGEN_OK);
+    EXPECT_EQ(n, 0) << "appended on error";
+    EXPECT_TRUE(y.all_poison()) << "y written on error";
+  }
+
+  // A copy of `t` whose data lies inside layer 1's storage (at its second slot).
+  attngen_tensor inside_layer1(const Storage& t) {
+    attngen_tensor v = t.t;
+    const size_t layer_floats = cache_floats / 2;
+    v.data = store.data() + layer_floats + 2 * kE;
+    std::copy(t.buf.begin(), t.buf.end(),
+              store.begin() + static_cast<std::ptrdiff_t>(layer_floats + 2 * kE));
+    return v;
+  }
+
+  attngen_kv_cache_options o;
+  std::vector<float> store;
+  size_t cache_floats = 0;
+  attngen_kv_cache* cache = nullptr;
+  Storage x, in_w, in_b, out_w, out_b, y;
+  attngen_mha_decode_options opt{};
+};
+
+TEST_F(HardeningMhaDecode, ValidStepSucceeds) {
+  const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
+  ASSERT_EQ(attngen_mha_decode(&x.t, &w, cache, 1, &y.t, &opt), ATTNGEN_OK) << attngen_last_error();
+}
+
+TEST_F(HardeningMhaDecode, InputsInsideTheCacheAreAliases) {
+  // The report's case: out_proj_weight inside the layer's storage, which the append overwrites
+  // before out_proj reads it.
+  {
+    const attngen_tensor ow = inside_layer1(out_w);
+    expect_alias(x.t, attngen_mha_weights{&in_w.t, &in_b.t, &ow, &out_b.t}, "out_proj_weight");
+  }
+  {
+    const attngen_tensor ob = inside_layer1(out_b);
+    expect_alias(x.t, attngen_mha_weights{&in_w.t, &in_b.t, &out_w.t, &ob}, "out_proj_bias");
+  }
+  {
+    const attngen_tensor iw = inside_layer1(in_w);
+    expect_alias(x.t, attngen_mha_weights{&iw, &in_b.t, &out_w.t, &out_b.t}, "in_proj_weight");
+  }
+  {
+    const attngen_tensor ib = inside_layer1(in_b);
+    expect_alias(x.t, attngen_mha_weights{&in_w.t, &ib, &out_w.t, &out_b.t}, "in_proj_bias");
+  }
+  {
+    const attngen_tensor xs = inside_layer1(x);
+    expect_alias(xs, attngen_mha_weights{&in_w.t, &in_b.t, &out_w.t, &out_b.t}, "x");
+  }
+  {
+    // counts inside the storage, and counts inside y.
+    float* cell = store.data() + cache_floats / 2 + 5;
+    const int32_t n[2] = {static_cast<int32_t>(kT), static_cast<int32_t>(kT)};
+    std::memcpy(cell, n, sizeof n);
+    const int64_t b = kB;
+    const attngen_tensor counts = attngen_tensor_contiguous(cell, ATTNGEN_I32, 1, &b);
+    opt.counts = &counts;
+    expect_alias(x.t, attngen_mha_weights{&in_w.t, &in_b.t, &out_w.t, &out_b.t}, "counts");
+    opt.counts = nullptr;
+  }
+  // A bias in layer 0's storage is not written by a step on layer 1: fine.
+  attngen_tensor ob0 = out_b.t;
+  ob0.data = store.data() + 16;
+  std::copy(out_b.buf.begin(), out_b.buf.end(), store.begin() + 16);
+  const attngen_mha_weights w0{&in_w.t, &in_b.t, &out_w.t, &ob0};
+  EXPECT_EQ(attngen_mha_decode(&x.t, &w0, cache, 1, &y.t, &opt), ATTNGEN_OK)
+      << attngen_last_error();
+}
+
+TEST_F(HardeningMhaDecode, DecodeCountsInsideOutput) {
+  const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
+  ASSERT_EQ(attngen_mha_decode(&x.t, &w, cache, 1, &y.t, &opt), ATTNGEN_OK);
+  Storage q({kB, 1, kH, kE}, 0), out({kB, 1, kH, kE}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  q.fill_random(rng, -1, 1);
+  float* cell = out.buf.data() + 3;
+  const int32_t n[2] = {1, 1};
+  std::memcpy(cell, n, sizeof n);
+  const std::vector<float> before = out.buf;
+  const int64_t b = kB;
+  const attngen_tensor counts = attngen_tensor_contiguous(cell, ATTNGEN_I32, 1, &b);
+  attngen_decode_options dopt = attngen_decode_options_default();
+  dopt.counts = &counts;
+  EXPECT_STATUS(attngen_decode(&q.t, cache, 1, &out.t, &dopt), ATTNGEN_ERROR_ALIAS);
+  EXPECT_TRUE(mentions("counts"));
+  EXPECT_EQ(std::memcmp(before.data(), out.buf.data(), before.size() * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace attngen::test

@@ -311,15 +311,20 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
   const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
   const attngen_tensor store = attngen_tensor_contiguous(
       cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
-  const char* what = "the cache's storage";
-  if (!(output ? check_no_alias(c, t, name, store, what)
-               : check_no_alias(c, store, what, t, name))) {
-    return false;
+  const bool i8 = cache.scales != nullptr;
+  const attngen_tensor scales = i8 ? cache_scales(cache, layer, o.capacity) : store;
+  for (const attngen_tensor* part : {&store, &scales}) {
+    const Overlap overlap = bytes_overlap(t, *part);
+    if (overlap == Overlap::kNone) continue;
+    const std::string where =
+        std::string(name) +
+        (overlap == Overlap::kOverlap ? " overlaps" : " may overlap (too large to check)") +
+        " the cache's storage of layer " + std::to_string(layer);
+    return c.fail(ATTNGEN_ERROR_ALIAS,
+                  where + (output ? "; the output must not alias the cache"
+                                  : ", which the call writes; its inputs must not alias it"));
   }
-  if (cache.scales == nullptr) return true;
-  const attngen_tensor scales = cache_scales(cache, layer, o.capacity);
-  return output ? check_no_alias(c, t, name, scales, what)
-                : check_no_alias(c, scales, what, t, name);
+  return true;
 }
 
 }  // namespace attngen::rt
@@ -422,7 +427,8 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
   }
   // The inputs must not overlap the layer's storage they are copied into.
   if (!check_clear_of_cache(c, *cache, layer, *k, "k", false) ||
-      !check_clear_of_cache(c, *cache, layer, *v, "v", false)) {
+      !check_clear_of_cache(c, *cache, layer, *v, "v", false) ||
+      (counts != nullptr && !check_clear_of_cache(c, *cache, layer, *counts, "counts", false))) {
     return finish(c, nullptr);
   }
   append_rows(*cache, layer, *k, *v, n);
