@@ -56,9 +56,10 @@ bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64
   const TensorSpec spec{"kv_len", ATTNGEN_I32, 1, kKvLenDims};
   if (!check_tensor(c, kv_len, spec)) return false;
   if (!check_dim(c, *kv_len, spec, 0, batch, "B of q")) return false;
-  const auto* data = static_cast<const int32_t*>(kv_len->data);
+  const auto* data = static_cast<const uint8_t*>(kv_len->data);
   for (int64_t b = 0; b < batch; ++b) {
-    const int32_t n = data[b * kv_len->strides[0]];
+    int32_t n;  // the caller's data need not be 4-byte aligned
+    std::memcpy(&n, data + b * kv_len->strides[0] * 4, sizeof n);
     if (n < 0 || n > seq_kv) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                     "kv_len[" + std::to_string(b) + "] is " + std::to_string(n) +
@@ -81,15 +82,18 @@ bool needs_bottom_right(attngen_alignment alignment, int64_t seq_q,
   return false;
 }
 
-bool check_enums(Check& c, attngen_mask_kind mask, attngen_alignment alignment) {
+// The caller's enum fields, read as the ints they hold (enum_value).
+bool check_enums(Check& c, const attngen_mask_kind& mask_field,
+                 const attngen_alignment& alignment_field) {
+  const int32_t mask = enum_value(mask_field), alignment = enum_value(alignment_field);
   if (mask != ATTNGEN_MASK_NONE && mask != ATTNGEN_MASK_CAUSAL) {
-    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                  "mask is " + std::to_string(static_cast<int>(mask)) +
-                      ", expected ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL");
+    return c.fail(
+        ATTNGEN_ERROR_INVALID_ARGUMENT,
+        "mask is " + std::to_string(mask) + ", expected ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL");
   }
   if (alignment != ATTNGEN_ALIGN_BOTTOM_RIGHT && alignment != ATTNGEN_ALIGN_TOP_LEFT) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                  "alignment is " + std::to_string(static_cast<int>(alignment)) +
+                  "alignment is " + std::to_string(alignment) +
                       ", expected ATTNGEN_ALIGN_BOTTOM_RIGHT or ATTNGEN_ALIGN_TOP_LEFT");
   }
   return true;
@@ -100,8 +104,9 @@ bool check_enums(Check& c, attngen_mask_kind mask, attngen_alignment alignment) 
 bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], HalideView& view) {
   if (m == nullptr) return true;
   if (m->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "mask_tensor.data is NULL");
-  if (m->dtype != ATTNGEN_BOOL && m->dtype != ATTNGEN_F32) {
-    return c.fail(ATTNGEN_ERROR_MASK, std::string("mask_tensor has dtype ") + dtype_name(m->dtype) +
+  const int32_t dtype = enum_value(m->dtype);
+  if (dtype != ATTNGEN_BOOL && dtype != ATTNGEN_F32) {
+    return c.fail(ATTNGEN_ERROR_MASK, std::string("mask_tensor has dtype ") + dtype_name(dtype) +
                                           ", expected BOOL or F32");
   }
   if (m->rank < 1 || m->rank > 4) {
@@ -131,11 +136,13 @@ bool prepare_mask(Check& c, const attngen_tensor* m, const int64_t full[4], Hali
     }
     if (n > 1) {
       full_view.strides[d] = s;
-      last += (n - 1) * s;
+      last += (n - 1) * s;  // each term < 2^62, so four of them cannot overflow unchecked...
     }
   }
-  if ((last + 1) * static_cast<int64_t>(dtype_size(m->dtype)) >
-      std::numeric_limits<int32_t>::max()) {
+  int64_t bytes = 0;  // ...but their sum times 4 can
+  if (!checked_add(last, 1, &bytes) ||
+      !checked_mul(bytes, static_cast<int64_t>(dtype_size(dtype)), &bytes) ||
+      bytes > std::numeric_limits<int32_t>::max()) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE, "mask_tensor spans more than 2^31 - 1 bytes");
   }
   make_view(view, full_view);
@@ -149,7 +156,8 @@ bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t 
   const auto bad = [&](const std::string& what) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "pattern: " + what);
   };
-  switch (p.kind) {
+  const int32_t kind = enum_value(p.kind);  // any int a caller stored
+  switch (kind) {
     case ATTNGEN_PATTERN_NONE:
       return true;
     case ATTNGEN_PATTERN_WINDOW:
@@ -185,8 +193,7 @@ bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t 
       return true;
     }
     default:
-      return bad("kind is " + std::to_string(static_cast<int>(p.kind)) +
-                 ", expected an ATTNGEN_PATTERN_* value");
+      return bad("kind is " + std::to_string(kind) + ", expected an ATTNGEN_PATTERN_* value");
   }
 }
 
@@ -242,13 +249,17 @@ attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_
                                          const int64_t* shape) {
   attngen_tensor t{};
   t.data = data;
-  t.dtype = dtype;
+  std::memcpy(&t.dtype, &dtype, sizeof dtype);  // whatever int a C caller passed, unread
   t.rank = rank < 0 ? 0 : (rank > ATTNGEN_MAX_RANK ? ATTNGEN_MAX_RANK : rank);
+  // Strides past int64 saturate at INT64_MAX (attngen.h), which every call rejects.
   int64_t stride = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     t.shape[d] = shape != nullptr ? shape[d] : 0;
     t.strides[d] = stride;
-    stride *= t.shape[d];
+    if (stride != std::numeric_limits<int64_t>::max() &&
+        !checked_mul(stride, t.shape[d], &stride)) {
+      stride = std::numeric_limits<int64_t>::max();
+    }
   }
   return t;
 }
@@ -610,7 +621,8 @@ const char* attngen_last_error(void) { return t_last_error.c_str(); }
 
 const char* attngen_last_kernel(void) { return t_last_kernel.c_str(); }
 
-const char* attngen_status_name(attngen_status status) {
+const char* attngen_status_name(attngen_status status_enum) {
+  const int32_t status = enum_value(status_enum);  // a C caller may pass any int
   switch (status) {
 #define ATTNGEN_NAME(s) \
   case s:               \
@@ -634,7 +646,7 @@ const char* attngen_status_name(attngen_status status) {
     ATTNGEN_NAME(ATTNGEN_ERROR_OUT_OF_MEMORY)
     ATTNGEN_NAME(ATTNGEN_ERROR_ABI)
 #undef ATTNGEN_NAME
-    case ATTNGEN_STATUS_FORCE_32BIT:
+    default:
       break;
   }
   return "ATTNGEN_ERROR_UNKNOWN";

@@ -119,11 +119,13 @@ F32Staging::~F32Staging() {
 bool F32Staging::stage(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
   *f32 = t;
   if (t.dtype == ATTNGEN_F32) return true;
+  // A dense F32 copy holds up to twice the bytes of the (validated) tensor, or far more for an
+  // input repeated with stride 0: it must still be addressable by a kernel (and its count fit
+  // int64: up to five sizes below 2^31).
   int64_t count = 1;
-  for (int d = 0; d < t.rank; ++d) count *= t.shape[d];
-  // A dense F32 copy holds up to twice the bytes of the (validated) tensor: it must still be
-  // addressable by a kernel.
-  if (count > std::numeric_limits<int32_t>::max() / static_cast<int64_t>(sizeof(float))) {
+  bool fits = true;
+  for (int d = 0; d < t.rank && fits; ++d) fits = checked_mul(count, t.shape[d], &count);
+  if (!fits || count > std::numeric_limits<int32_t>::max() / static_cast<int64_t>(sizeof(float))) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE,
                   std::string(name) +
                       " in F32 (for the F32 kernel that runs this call) would span "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/src/kv_cache.h"
@@ -142,6 +143,7 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
     return finish(c, nullptr);
   }
   if (!check_no_alias(c, *out, "out", *q, "q") ||
+      (opt.counts != nullptr && !check_no_alias(c, *out, "out", *opt.counts, "counts")) ||
       !check_clear_of_cache(c, *cache, layer, *out, "out", true)) {
     return finish(c, nullptr);
   }
@@ -200,7 +202,22 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
       !check_append_fits(c, *cache, layer, counts)) {
     return finish(c, nullptr);
   }
-  if (!check_clear_of_cache(c, *cache, layer, *y, "y", true) ||
+  // Nothing the call reads may lie where it writes: the append writes the layer's storage
+  // before out_proj reads its weights, and y is written last (check_mha_layer checked y
+  // against x and the weights).
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
+                                                                  {&iw, "in_proj_weight"},
+                                                                  {in_b, "in_proj_bias"},
+                                                                  {&ow, "out_proj_weight"},
+                                                                  {out_b, "out_proj_bias"},
+                                                                  {options->counts, "counts"}};
+  for (const auto& [in, name] : inputs) {
+    if (in != nullptr && !check_clear_of_cache(c, *cache, layer, *in, name, false)) {
+      return finish(c, nullptr);
+    }
+  }
+  if ((options->counts != nullptr && !check_no_alias(c, *y, "y", *options->counts, "counts")) ||
+      !check_clear_of_cache(c, *cache, layer, *y, "y", true) ||
       !reserve_lengths(c, *cache, layer)) {
     return finish(c, nullptr);
   }

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,44 @@ struct TensorSpec {
   bool or_f32 = false;
 };
 
-const char* dtype_name(attngen_dtype dtype);
-size_t dtype_size(attngen_dtype dtype);
+// The integer a caller's enum field holds, read from its object representation: a C caller may
+// store any int there (-1, 1000), and loading a value outside an enum's range as the C++ enum is
+// undefined behaviour. Every enum field that comes from a caller is read through this and range-
+// checked before it is used as the enum.
+template <typename E>
+int32_t enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "attngen's enums are int-sized");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+// Whether v is one of the dtypes (the enumerators of attngen_dtype but FORCE_32BIT).
+bool is_dtype(int32_t v);
+
+// Overflow-checked int64 arithmetic: false (and *r unspecified) where the result overflows.
+inline bool checked_add(int64_t a, int64_t b, int64_t* r) {
+  return !__builtin_add_overflow(a, b, r);
+}
+inline bool checked_mul(int64_t a, int64_t b, int64_t* r) {
+  return !__builtin_mul_overflow(a, b, r);
+}
+
+// The name and element size of a dtype given as the integer of a caller's field ("unknown dtype"
+// and 0 for a value that is no dtype).
+const char* dtype_name(int32_t dtype);
+size_t dtype_size(int32_t dtype);
+
+// Whether some element of a tensor is reached by two different indices (its elements overlap),
+// for sizes >= 1 and strides >= 0 (elements, not bytes) whose offsets fit in int64. Exact: a
+// search over index differences with pruning, bounded in work; kUnknown where a tensor defeats
+// that bound (docs/semantics.md, "Output overlap").
+enum class Overlap { kNone, kOverlap, kUnknown };
+Overlap self_overlap(int rank, const int64_t* shape, const int64_t* strides);
+
+// Whether some byte of tensor a is also a byte of tensor b (both validated: sizes >= 1, strides
+// >= 0, spans below 2^31 bytes); exact, like self_overlap().
+Overlap bytes_overlap(const attngen_tensor& a, const attngen_tensor& b);
 
 // Null, dtype, rank, sizes, strides, addressable extent; for outputs also self-overlap.
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
@@ -52,7 +89,8 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec);
 bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int dim, int64_t expected,
                const char* what);
 
-// The output's bytes must not overlap the input's.
+// The output's bytes must not overlap the input's (exactly: interleaved views that share no
+// byte pass; docs/semantics.md, "Output overlap").
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
                     const attngen_tensor& in, const char* in_name);
 

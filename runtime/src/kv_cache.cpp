@@ -50,17 +50,16 @@ size_t scales_offset(const attngen_kv_cache_options& o) {
   return (kv + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-bool is_cache_dtype(attngen_dtype d) {
+bool is_cache_dtype(int32_t d) {
   return d == ATTNGEN_F32 || d == ATTNGEN_F16 || d == ATTNGEN_BF16 || d == ATTNGEN_I8;
 }
 
 // The dtypes an append converts from.
 bool check_input_dtype(Check& c, const attngen_tensor* t, const char* name) {
-  if (t == nullptr || t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 ||
-      t->dtype == ATTNGEN_BF16) {
-    return true;  // (NULL is check_tensor's to report)
-  }
-  return c.fail(ATTNGEN_ERROR_DTYPE, std::string(name) + " has dtype " + dtype_name(t->dtype) +
+  if (t == nullptr) return true;               // (NULL is check_tensor's to report)
+  const int32_t dtype = enum_value(t->dtype);  // any int a caller stored
+  if (dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16) return true;
+  return c.fail(ATTNGEN_ERROR_DTYPE, std::string(name) + " has dtype " + dtype_name(dtype) +
                                          ", expected F32, F16 or BF16 (the types an append "
                                          "converts into the cache's)");
 }
@@ -90,9 +89,10 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                                                  std::to_string(s.value) + " exceeds 2^31 - 1");
     }
   }
-  if (!is_cache_dtype(o.dtype)) {
-    return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(o.dtype) +
-                                           " (" + std::to_string(static_cast<int>(o.dtype)) +
+  const int32_t dtype = enum_value(o.dtype);  // any int a caller stored
+  if (!is_cache_dtype(dtype)) {
+    return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(dtype) + " (" +
+                                           std::to_string(dtype) +
                                            "), expected F32, F16, BF16 or I8");
   }
   if (o.window < -1) {
@@ -100,10 +100,12 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                   "options.window is " + std::to_string(o.window) +
                       ", expected -1 (none) or a left window L >= 0");
   }
-  if (o.window >= 0 && o.capacity < o.window + 1) {
+  if (o.window >= o.capacity) {  // (capacity < window + 1, which may overflow)
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                   "options.capacity is " + std::to_string(o.capacity) +
-                      ", expected >= window + 1 = " + std::to_string(o.window + 1) +
+                      ", expected >= window + 1 = " +
+                      (o.window < std::numeric_limits<int64_t>::max() ? std::to_string(o.window + 1)
+                                                                      : "2^63") +
                       " (a ring buffer keeps a whole window)");
   }
   // A kernel addresses one layer of the cache (and an I8 cache's scales of one layer) as one
@@ -174,9 +176,10 @@ bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64
   if (counts == nullptr) return true;
   const TensorSpec spec{"counts", ATTNGEN_I32, 1, kCountsDims};
   if (!check_tensor(c, counts, spec) || !check_dim(c, *counts, spec, 0, batch, "B")) return false;
-  const auto* data = static_cast<const int32_t*>(counts->data);
+  const auto* data = static_cast<const uint8_t*>(counts->data);
   for (int64_t b = 0; b < batch; ++b) {
-    const int32_t n = data[b * counts->strides[0]];
+    int32_t n;  // the caller's data need not be 4-byte aligned
+    std::memcpy(&n, data + b * counts->strides[0] * 4, sizeof n);
     if (n < 0 || n > t) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                     "counts[" + std::to_string(b) + "] is " + std::to_string(n) +
@@ -356,15 +359,20 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
   const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
   const attngen_tensor store = attngen_tensor_contiguous(
       cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
-  const char* what = "the cache's storage";
-  if (!(output ? check_no_alias(c, t, name, store, what)
-               : check_no_alias(c, store, what, t, name))) {
-    return false;
+  const bool i8 = cache.scales != nullptr;
+  const attngen_tensor scales = i8 ? cache_scales(cache, layer, o.capacity) : store;
+  for (const attngen_tensor* part : {&store, &scales}) {
+    const Overlap overlap = bytes_overlap(t, *part);
+    if (overlap == Overlap::kNone) continue;
+    const std::string where =
+        std::string(name) +
+        (overlap == Overlap::kOverlap ? " overlaps" : " may overlap (too large to check)") +
+        " the cache's storage of layer " + std::to_string(layer);
+    return c.fail(ATTNGEN_ERROR_ALIAS,
+                  where + (output ? "; the output must not alias the cache"
+                                  : ", which the call writes; its inputs must not alias it"));
   }
-  if (cache.scales == nullptr) return true;
-  const attngen_tensor scales = cache_scales(cache, layer, o.capacity);
-  return output ? check_no_alias(c, t, name, scales, what)
-                : check_no_alias(c, scales, what, t, name);
+  return true;
 }
 
 }  // namespace attngen::rt
@@ -465,7 +473,8 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
   }
   // The inputs must not overlap the layer's storage they are copied into.
   if (!check_clear_of_cache(c, *cache, layer, *k, "k", false) ||
-      !check_clear_of_cache(c, *cache, layer, *v, "v", false)) {
+      !check_clear_of_cache(c, *cache, layer, *v, "v", false) ||
+      (counts != nullptr && !check_clear_of_cache(c, *cache, layer, *counts, "counts", false))) {
     return finish(c, nullptr);
   }
   if (!reserve_lengths(c, *cache, layer)) return finish(c, nullptr);

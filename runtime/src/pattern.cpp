@@ -1,7 +1,50 @@
 // Sparse attention patterns on the host side, for tools that draw or count them: the
-// definitions of generator/pattern.h, which the kernels evaluate in generated code.
+// definitions of generator/pattern.h, which the kernels evaluate in generated code. Every input
+// is defined: positions are evaluated in 128-bit integers (no int64 overflow at either end), a
+// pattern whose parameters a call would reject answers 0, and a block-sparse layout is checked
+// like any tensor argument before an entry is read.
 #include "generator/pattern.h"
+
+#include <cstdint>
+
 #include "attngen/attngen.h"
+#include "runtime/src/internal.h"
+
+namespace attngen {
+
+// Positions of int64 inputs and int32 parameters: p - j, p - left and p + right all fit.
+using Wide = __int128;
+
+template <>
+struct PatternOps<Wide> {
+  using Bool = bool;
+  static bool always() { return true; }
+  static Wide abs(Wide x) { return x < 0 ? -x : x; }
+  static bool side(int param, bool cond, bool otherwise) { return param >= 0 ? cond : otherwise; }
+};
+
+namespace {
+
+// The layout entry of query index i and key j, or false where the layout is no valid BOOL
+// [rows, columns] tensor (the checks of a call's pattern.layout, without its shape against Sq and
+// Skv) or (i, j) falls outside it.
+bool layout_entry(const attngen_pattern& p, int64_t i, int64_t j) {
+  if (p.block <= 0 || p.layout == nullptr || i < 0 || j < 0) return false;
+  static const char* const kDims[] = {"Sq / block", "Skv / block"};
+  rt::Check c;
+  if (!rt::check_tensor(c, p.layout, rt::TensorSpec{"pattern.layout", ATTNGEN_BOOL, 2, kDims})) {
+    return false;
+  }
+  const attngen_tensor& l = *p.layout;
+  return block_sparse_attends(i, j, p.block, [&l](int64_t r, int64_t col) {
+    if (r >= l.shape[0] || col >= l.shape[1]) return false;
+    // Inside a validated tensor: the offset is below 2^31.
+    return static_cast<const uint8_t*>(l.data)[r * l.strides[0] + col * l.strides[1]] != 0;
+  });
+}
+
+}  // namespace
+}  // namespace attngen
 
 extern "C" {
 
@@ -13,26 +56,26 @@ attngen_pattern attngen_pattern_local(int32_t w) {
 }
 
 int attngen_pattern_attends(const attngen_pattern* p, int64_t pos, int64_t i, int64_t j) {
+  using attngen::Wide;
   if (p == nullptr) return 0;
-  switch (p->kind) {
+  const Wide wp = pos, wj = j;
+  switch (attngen::rt::enum_value(p->kind)) {  // any int a caller stored
     case ATTNGEN_PATTERN_NONE:
       return 1;
     case ATTNGEN_PATTERN_WINDOW:
-      return attngen::window_attends(pos, j, p->window_left, p->window_right);
-    case ATTNGEN_PATTERN_STRIDED:
-      return p->stride > 0 && attngen::strided_attends(pos, j, p->stride);
-    case ATTNGEN_PATTERN_BLOCK_SPARSE: {
-      const attngen_tensor* l = p->layout;
-      if (p->block <= 0 || l == nullptr || l->data == nullptr || l->rank != 2 || i < 0 || j < 0) {
+      // The parameters a call accepts: each side >= 0 or -1 (unbounded), not both unbounded.
+      if (p->window_left < -1 || p->window_right < -1 ||
+          (p->window_left < 0 && p->window_right < 0)) {
         return 0;
       }
-      return attngen::block_sparse_attends(i, j, p->block, [l](int64_t r, int64_t c) {
-        if (r >= l->shape[0] || c >= l->shape[1]) return false;
-        return static_cast<const uint8_t*>(l->data)[r * l->strides[0] + c * l->strides[1]] != 0;
-      });
-    }
+      return attngen::window_attends(wp, wj, p->window_left, p->window_right);
+    case ATTNGEN_PATTERN_STRIDED:
+      return p->stride > 0 && attngen::strided_attends(wp, wj, Wide{p->stride});
+    case ATTNGEN_PATTERN_BLOCK_SPARSE:
+      return attngen::layout_entry(*p, i, j);
     case ATTNGEN_PATTERN_GLOBAL_LOCAL:
-      return attngen::global_local_attends(pos, j, p->local, p->global_tokens);
+      if (p->local < 0 || p->global_tokens < 0) return 0;
+      return attngen::global_local_attends(wp, wj, Wide{p->local}, Wide{p->global_tokens});
     default:
       return 0;
   }

@@ -400,6 +400,37 @@ attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "kernel descriptor's name, isa or run is NULL");
     return attngen::rt::finish(c, nullptr);
   }
+  // Its enum fields, read as the ints they hold (attngen::rt::enum_value): dispatch compares
+  // them as enums, which values outside their ranges must never reach.
+  {
+    using attngen::rt::enum_value;
+    using attngen::rt::is_dtype;
+    const attngen_kernel_info& k = *kernel;
+    const attngen_kernel_dtypes& d = k.dtypes;
+    const struct {
+      int32_t value, max;
+      const char* name;
+    } fields[] = {{enum_value(k.op), ATTNGEN_OP_DECODE, "op"},
+                  {enum_value(k.mask), ATTNGEN_MASK_CAUSAL, "mask"},
+                  {enum_value(k.mask_tensor), ATTNGEN_MASK_TENSOR_ADDITIVE, "mask_tensor"},
+                  {enum_value(k.pattern.kind), ATTNGEN_PATTERN_GLOBAL_LOCAL, "pattern.kind"}};
+    for (const auto& f : fields) {
+      if (f.value < 0 || f.value > f.max) {
+        c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, std::string("kernel descriptor's ") + f.name +
+                                                   " is " + std::to_string(f.value) +
+                                                   ", expected 0 to " + std::to_string(f.max));
+        return attngen::rt::finish(c, nullptr);
+      }
+    }
+    for (const attngen_dtype* t : {&d.q, &d.k, &d.v, &d.out, &d.mask, &d.cache}) {
+      if (!is_dtype(enum_value(*t))) {
+        c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "kernel descriptor's dtypes hold " +
+                                                   std::to_string(enum_value(*t)) +
+                                                   ", expected an ATTNGEN_* dtype");
+        return attngen::rt::finish(c, nullptr);
+      }
+    }
+  }
   if (attngen_find_kernel(kernel->name) != nullptr) {
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
            std::string("a kernel named '") + kernel->name + "' is already registered");

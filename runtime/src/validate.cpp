@@ -27,56 +27,175 @@ bool Check::fail(attngen_status status, std::string message) {
   return false;
 }
 
-const char* dtype_name(attngen_dtype dtype) {
-  switch (dtype) {
-    case ATTNGEN_F32:
-      return "F32";
-    case ATTNGEN_F16:
-      return "F16";
-    case ATTNGEN_BF16:
-      return "BF16";
-    case ATTNGEN_BOOL:
-      return "BOOL";
-    case ATTNGEN_I32:
-      return "I32";
-    case ATTNGEN_I8:
-      return "I8";
-    case ATTNGEN_DTYPE_FORCE_32BIT:
-      break;
-  }
-  return "unknown dtype";
+bool is_dtype(int32_t v) { return v >= ATTNGEN_F32 && v <= ATTNGEN_I8; }
+
+const char* dtype_name(int32_t dtype) {
+  static const char* const kNames[] = {"F32", "F16", "BF16", "BOOL", "I32", "I8"};
+  return is_dtype(dtype) ? kNames[dtype] : "unknown dtype";
 }
 
-size_t dtype_size(attngen_dtype dtype) {
-  switch (dtype) {
-    case ATTNGEN_F32:
-    case ATTNGEN_I32:
-      return 4;
-    case ATTNGEN_F16:
-    case ATTNGEN_BF16:
-      return 2;
-    case ATTNGEN_BOOL:
-    case ATTNGEN_I8:
-      return 1;
-    case ATTNGEN_DTYPE_FORCE_32BIT:
-      break;
+size_t dtype_size(int32_t dtype) {
+  static const size_t kSizes[] = {4, 2, 2, 1, 4, 1};
+  return is_dtype(dtype) ? kSizes[dtype] : 0;
+}
+
+namespace {
+
+// Exact overlap tests reduce to one question: is there an integer vector z, lo[d] <= z[d] <=
+// hi[d], with target_lo <= sum of c[d] * z[d] <= target_hi (every c[d] > 0)? A depth-first
+// search over the dimensions, largest coefficient first, keeps only the values of z[d] for which
+// the dimensions still to choose can reach the target; the last dimension is then solved
+// directly. The nodes visited are counted against a shared budget.
+constexpr int kMaxTerms = 2 * ATTNGEN_MAX_RANK;
+constexpr int64_t kSearchBudget = int64_t{1} << 20;  // nodes: a few milliseconds at most
+
+struct Terms {
+  int n = 0;
+  int64_t c[kMaxTerms], lo[kMaxTerms], hi[kMaxTerms];
+  void add(int64_t coefficient, int64_t low, int64_t high) {
+    c[n] = coefficient;
+    lo[n] = low;
+    hi[n] = high;
+    ++n;
   }
-  return 0;
+};
+
+// Floor and ceiling of a / b for b > 0.
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b < 0 ? 1 : 0); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+class Search {
+ public:
+  // Sorts the terms by decreasing coefficient and precomputes what the tail of them can reach.
+  explicit Search(const Terms& t) : t_(t) {
+    int order[kMaxTerms];
+    for (int d = 0; d < t.n; ++d) order[d] = d;
+    std::sort(order, order + t.n, [&](int a, int b) { return t.c[a] > t.c[b]; });
+    for (int d = 0; d < t.n; ++d) {
+      t_.c[d] = t.c[order[d]];
+      t_.lo[d] = t.lo[order[d]];
+      t_.hi[d] = t.hi[order[d]];
+    }
+    min_tail_[t.n] = max_tail_[t.n] = 0;
+    for (int d = t.n - 1; d >= 0; --d) {
+      min_tail_[d] = min_tail_[d + 1] + t_.c[d] * t_.lo[d];
+      max_tail_[d] = max_tail_[d + 1] + t_.c[d] * t_.hi[d];
+    }
+  }
+
+  Overlap find(int64_t target_lo, int64_t target_hi, int64_t& budget) {
+    target_lo_ = target_lo;
+    target_hi_ = target_hi;
+    if (t_.n == 0) return target_lo <= 0 && 0 <= target_hi ? Overlap::kOverlap : Overlap::kNone;
+    return visit(0, 0, budget);
+  }
+
+ private:
+  Overlap visit(int d, int64_t partial, int64_t& budget) {
+    if (--budget < 0) return Overlap::kUnknown;
+    // z[d] such that partial + c z + (what the later terms reach) meets the target.
+    const int64_t lo =
+        std::max(t_.lo[d], ceil_div(target_lo_ - partial - max_tail_[d + 1], t_.c[d]));
+    const int64_t hi =
+        std::min(t_.hi[d], floor_div(target_hi_ - partial - min_tail_[d + 1], t_.c[d]));
+    if (lo > hi) return Overlap::kNone;
+    if (d == t_.n - 1) return Overlap::kOverlap;
+    bool unknown = false;
+    for (int64_t z = lo; z <= hi; ++z) {
+      const Overlap r = visit(d + 1, partial + t_.c[d] * z, budget);
+      if (r == Overlap::kOverlap) return r;
+      if (r == Overlap::kUnknown) {
+        unknown = true;
+        if (budget < 0) break;
+      }
+    }
+    return unknown ? Overlap::kUnknown : Overlap::kNone;
+  }
+
+  Terms t_;
+  int64_t min_tail_[kMaxTerms + 1], max_tail_[kMaxTerms + 1];
+  int64_t target_lo_ = 0, target_hi_ = 0;
+};
+
+}  // namespace
+
+Overlap self_overlap(int rank, const int64_t* shape, const int64_t* strides) {
+  // Dimensions of size 1 add nothing; two elements coincide where a non-zero index difference
+  // delta, |delta[d]| < shape[d], has sum of delta[d] * strides[d] = 0.
+  int dims[ATTNGEN_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] <= 1) continue;
+    if (strides[d] == 0) return Overlap::kOverlap;
+    dims[n++] = d;
+  }
+  std::sort(dims, dims + n, [&](int a, int b) { return strides[a] < strides[b]; });
+  // Sufficient: each stride steps over everything the smaller ones reach (a mixed radix).
+  int64_t reach = 0;
+  int k = 0;
+  for (; k < n && strides[dims[k]] > reach; ++k) reach += (shape[dims[k]] - 1) * strides[dims[k]];
+  if (k == n) return Overlap::kNone;
+  // Exact: some delta whose first non-zero entry, in order of decreasing stride, is positive.
+  Terms terms;
+  for (int i = n - 1; i >= 0; --i) {
+    const int d = dims[i];
+    terms.add(strides[d], -(shape[d] - 1), shape[d] - 1);
+  }
+  int64_t budget = kSearchBudget;
+  bool unknown = false;
+  for (int first = 0; first < n; ++first) {
+    Terms t;
+    for (int i = first; i < n; ++i) {
+      t.add(terms.c[i], i == first ? 1 : terms.lo[i], terms.hi[i]);
+    }
+    const Overlap r = Search(t).find(0, 0, budget);
+    if (r == Overlap::kOverlap) return r;
+    if (r == Overlap::kUnknown) unknown = true;
+  }
+  return unknown ? Overlap::kUnknown : Overlap::kNone;
+}
+
+Overlap bytes_overlap(const attngen_tensor& a, const attngen_tensor& b) {
+  const auto last_byte = [](const attngen_tensor& t) {
+    int64_t last = 0;
+    for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
+    return (last + 1) * static_cast<int64_t>(dtype_size(t.dtype));
+  };
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a.data),
+                  b0 = reinterpret_cast<uintptr_t>(b.data);
+  const uintptr_t a1 = a0 + static_cast<uintptr_t>(last_byte(a));
+  const uintptr_t b1 = b0 + static_cast<uintptr_t>(last_byte(b));
+  if (!(a0 < b1 && b0 < a1)) return Overlap::kNone;
+  // The byte ranges meet, so b starts within 2^31 bytes of a. Element x of a covers bytes
+  // [A(x), A(x) + ea) from a's start, element y of b [d + B(y), d + B(y) + eb): they share one
+  // where -(ea - 1) <= A(x) - B(y) - d <= eb - 1, with B's indices negated to keep every
+  // coefficient positive.
+  const int64_t ea = static_cast<int64_t>(dtype_size(a.dtype));
+  const int64_t eb = static_cast<int64_t>(dtype_size(b.dtype));
+  const int64_t d = b0 >= a0 ? static_cast<int64_t>(b0 - a0) : -static_cast<int64_t>(a0 - b0);
+  Terms t;
+  for (int i = 0; i < a.rank; ++i) {
+    if (a.shape[i] > 1 && a.strides[i] > 0) t.add(a.strides[i] * ea, 0, a.shape[i] - 1);
+  }
+  for (int i = 0; i < b.rank; ++i) {
+    if (b.shape[i] > 1 && b.strides[i] > 0) t.add(b.strides[i] * eb, -(b.shape[i] - 1), 0);
+  }
+  int64_t budget = kSearchBudget;
+  return Search(t).find(d - (ea - 1), d + (eb - 1), budget);
 }
 
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
   const std::string name = spec.name;
   if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
   if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
-  const bool floating =
-      t->dtype == ATTNGEN_F32 || t->dtype == ATTNGEN_F16 || t->dtype == ATTNGEN_BF16;
-  if (spec.floating ? !floating
-                    : t->dtype != spec.dtype && !(spec.or_f32 && t->dtype == ATTNGEN_F32)) {
+  const int32_t dtype = enum_value(t->dtype);  // any int a caller stored
+  const bool floating = dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16;
+  if (spec.floating ? !floating : dtype != spec.dtype && !(spec.or_f32 && dtype == ATTNGEN_F32)) {
     std::string expected = spec.floating ? "F32, F16 or BF16" : dtype_name(spec.dtype);
     if (spec.dtype_of != nullptr) expected += std::string(" (the dtype of ") + spec.dtype_of + ")";
     if (spec.or_f32 && spec.dtype != ATTNGEN_F32) expected += " or F32";
     return c.fail(ATTNGEN_ERROR_DTYPE,
-                  name + " has dtype " + dtype_name(t->dtype) + ", expected " + expected);
+                  name + " has dtype " + dtype_name(dtype) + ", expected " + expected);
   }
   if (t->rank != spec.rank) {
     std::string dims;
@@ -107,8 +226,7 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
       return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) +
                                                  "] = " + std::to_string(s) + " exceeds 2^31 - 1");
     }
-    last_byte += (n - 1) * s;
-    if (last_byte > kMaxIndex) break;  // reported below; avoids overflow
+    if (last_byte <= kMaxIndex) last_byte += (n - 1) * s;  // saturates past 2^31: no overflow
   }
   const int inner = spec.rank - 1;
   if (t->shape[inner] > 1 && t->strides[inner] != 1) {
@@ -116,31 +234,28 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
                                             std::to_string(t->strides[inner]) +
                                             ", the innermost dimension must be contiguous (1)");
   }
-  const int64_t bytes = last_byte > kMaxIndex
-                            ? last_byte
-                            : (last_byte + 1) * static_cast<int64_t>(dtype_size(t->dtype));
+  const int64_t bytes =
+      last_byte > kMaxIndex ? last_byte : (last_byte + 1) * static_cast<int64_t>(dtype_size(dtype));
   if (bytes > kMaxIndex) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE,
                   name + " spans more than 2^31 - 1 bytes, the most a kernel can address");
   }
   if (spec.output) {
-    // Written elements must be distinct: sorted by stride, each dimension must step over the
-    // whole extent of the ones inside it.
-    int order[ATTNGEN_MAX_RANK];
-    for (int d = 0; d < spec.rank; ++d) order[d] = d;
-    std::sort(order, order + spec.rank,
-              [&](int a, int b) { return t->strides[a] < t->strides[b]; });
-    int64_t extent = 1;
-    for (int k = 0; k < spec.rank; ++k) {
-      const int d = order[k];
-      if (t->shape[d] == 1) continue;
-      if (t->strides[d] < extent) {
-        return c.fail(ATTNGEN_ERROR_STRIDE,
-                      name + ".strides[" + std::to_string(d) +
-                          "] = " + std::to_string(t->strides[d]) +
-                          " makes output elements overlap; outputs need distinct elements");
-      }
-      extent = t->strides[d] * t->shape[d];
+    // Written elements must be distinct (exactly: a stride that interleaves dimensions without
+    // sharing an element passes).
+    const Overlap overlap = self_overlap(spec.rank, t->shape, t->strides);
+    if (overlap == Overlap::kOverlap) {
+      return c.fail(ATTNGEN_ERROR_STRIDE,
+                    name +
+                        "'s strides make two of its elements overlap (share memory); "
+                        "outputs need distinct elements");
+    }
+    if (overlap == Overlap::kUnknown) {
+      return c.fail(ATTNGEN_ERROR_STRIDE,
+                    name +
+                        "'s strides interleave its dimensions in a way too large to check "
+                        "that its elements are distinct; use strides where each dimension "
+                        "steps over the extent of the smaller-strided ones");
     }
   }
   return true;
@@ -156,18 +271,15 @@ bool check_dim(Check& c, const attngen_tensor& t, const TensorSpec& spec, int di
 
 bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
                     const attngen_tensor& in, const char* in_name) {
-  const auto range = [](const attngen_tensor& t, uintptr_t& lo, uintptr_t& hi) {
-    int64_t last = 0;
-    for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
-    lo = reinterpret_cast<uintptr_t>(t.data);
-    hi = lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype)));
-  };
-  uintptr_t a0, a1, b0, b1;
-  range(out, a0, a1);
-  range(in, b0, b1);
-  if (a0 < b1 && b0 < a1) {
+  const Overlap overlap = bytes_overlap(out, in);
+  if (overlap == Overlap::kOverlap) {
     return c.fail(ATTNGEN_ERROR_ALIAS, std::string(out_name) + " overlaps " + in_name +
                                            " in memory; the output must not alias an input");
+  }
+  if (overlap == Overlap::kUnknown) {
+    return c.fail(ATTNGEN_ERROR_ALIAS, std::string(out_name) + " interleaves with " + in_name +
+                                           " in a way too large to check that they share no "
+                                           "byte; the output must not alias an input");
   }
   return true;
 }

@@ -27,8 +27,10 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_HEADS,              /* query heads not a multiple of kv heads, or E % heads */
   ATTNGEN_ERROR_EMPTY,              /* a size of 0 */
   ATTNGEN_ERROR_TOO_LARGE,          /* a size, stride or extent in memory too large to index */
-  ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative) */
-  ATTNGEN_ERROR_ALIAS,              /* the output overlaps an input or itself */
+  ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative,
+                                       no two elements of an output at one address) */
+  ATTNGEN_ERROR_ALIAS,              /* the output shares a byte with an input (or a decode's
+                                       input one with the cache storage the call writes) */
   ATTNGEN_ERROR_MASK,               /* mask tensor of the wrong dtype or shape */
   ATTNGEN_ERROR_INVALID_ARGUMENT,   /* a bad scalar option (scale, softcap, kv_len values, enum) */
   ATTNGEN_ERROR_NO_KERNEL,          /* no kernel was generated for this configuration */
@@ -61,7 +63,10 @@ typedef struct attngen_tensor {
   int64_t strides[ATTNGEN_MAX_RANK]; /* in elements, outermost first */
 } attngen_tensor;
 
-/* A densely packed (row-major) tensor of the given shape. */
+/* A densely packed (row-major) tensor of the given shape. A stride past int64 (shapes whose
+ * product overflows) is INT64_MAX, and so is every stride outside it: every call rejects such a
+ * tensor with ATTNGEN_ERROR_TOO_LARGE. The dtype is stored as given (any int), and checked by the
+ * call that takes the tensor. */
 attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_t rank,
                                          const int64_t* shape);
 
@@ -104,7 +109,11 @@ typedef struct attngen_pattern {
 attngen_pattern attngen_pattern_local(int32_t w);
 
 /* Whether query i (at position p) attends key j under the pattern alone (no causal, no
- * padding); for tools that draw or count patterns. Returns 0 for a malformed pattern. */
+ * padding); for tools that draw or count patterns. Defined for every p, i and j (no overflow at
+ * the int64 extremes). Returns 0 for a malformed pattern: one whose kind or parameters a call
+ * rejects, or a block-sparse layout that is no valid BOOL rank-2 tensor (sizes >= 1, strides
+ * >= 0 with the inner one 1, spanning below 2^31 bytes) or that (i / block, j / block) falls
+ * outside. */
 int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i, int64_t j);
 
 typedef struct attngen_attention_options {
