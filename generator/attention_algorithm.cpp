@@ -43,8 +43,10 @@ void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Ex
   }
   if (spec.lse) {
     f.lse = Func("lse");
-    f.lse(i, h, b) =
-        select(is_plus_zero(l), Expr(-std::numeric_limits<float>::infinity()), m + log(l));
+    // (Halide's vectorised log reads NaN's exponent field as 128: 89.1 for log(NaN). A NaN sum
+    // is passed on as it is.)
+    f.lse(i, h, b) = select(is_plus_zero(l), Expr(-std::numeric_limits<float>::infinity()),
+                            is_nan_bits(l), l, m + log(l));
   }
 }
 
