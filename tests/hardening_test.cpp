@@ -15,6 +15,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "runtime/src/internal.h"  // rt::self_overlap, rt::bytes_overlap
+#include "tests/attention_call.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -175,34 +176,7 @@ TEST(HardeningPattern, BlockSparseLayoutIsValidatedBeforeItIsRead) {
 
 // ---- Finding 4: undefined behaviour in validation ----
 
-class HardeningAttention : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::mt19937_64 rng(fresh_seed());
-    q.init({2, 5, 4, 64}, 0);
-    k.init({2, 7, 2, 64}, 0);
-    v.init({2, 7, 2, 64}, 0);
-    out.init({2, 5, 4, 64}, 0);
-    q.fill_random(rng, -1, 1);
-    k.fill_random(rng, -1, 1);
-    v.fill_random(rng, -1, 1);
-    opt = attngen_attention_options_default();
-  }
-
-  // The call fails with `status` (compared by name), its message mentions `needle`, and out
-  // still holds poison, byte for byte.
-  void expect_error(attngen_status status, const std::string& needle) {
-    const std::vector<float> before = out.buf;
-    EXPECT_STATUS(attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt), status);
-    EXPECT_TRUE(mentions(needle)) << "message '" << attngen_last_error() << "' lacks '" << needle
-                                  << "'";
-    EXPECT_EQ(std::memcmp(before.data(), out.buf.data(), before.size() * sizeof(float)), 0)
-        << "output written on error";
-  }
-
-  Storage q, k, v, out;
-  attngen_attention_options opt;
-};
+class HardeningAttention : public AttentionCall {};
 
 TEST_F(HardeningAttention, EnumFieldsOutOfRange) {
   for (int32_t bad : {-1, 2, 1000, std::numeric_limits<int32_t>::min()}) {

@@ -11,39 +11,13 @@
 #include "HalideRuntime.h"
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "tests/attention_call.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
 namespace {
 
-class AttentionValidation : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::mt19937_64 rng(fresh_seed());
-    q.init({2, 5, 4, 64}, 0);
-    k.init({2, 7, 2, 64}, 0);
-    v.init({2, 7, 2, 64}, 0);
-    out.init({2, 5, 4, 64}, 0);
-    q.fill_random(rng, -1, 1);
-    k.fill_random(rng, -1, 1);
-    v.fill_random(rng, -1, 1);
-    opt = attngen_attention_options_default();
-  }
-
-  attngen_status call() { return attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt); }
-
-  // The call fails with `status`, its message mentions `needle`, and out is untouched.
-  void expect_error(attngen_status status, const std::string& needle) {
-    const attngen_status got = call();
-    EXPECT_EQ(got, status) << attngen_status_name(got) << ": " << attngen_last_error();
-    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
-        << "message '" << attngen_last_error() << "' does not mention '" << needle << "'";
-    for (float f : out.buf) ASSERT_TRUE(is_poison(f)) << "output written on error";
-  }
-
-  Storage q, k, v, out;
-  attngen_attention_options opt;
-};
+class AttentionValidation : public AttentionCall {};
 
 TEST_F(AttentionValidation, ValidCallSucceeds) {
   ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
