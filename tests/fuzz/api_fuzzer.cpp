@@ -548,6 +548,24 @@ struct Call {
   }
 };
 
+// Whether a tensor has exactly this shape (what a successful call must have been given).
+bool has_shape(const GuardTensor& g, std::initializer_list<int64_t> shape) {
+  if (g.t.rank != static_cast<int32_t>(shape.size())) return false;
+  int d = 0;
+  for (int64_t s : shape) {
+    if (g.t.shape[d++] != s) return false;
+  }
+  return true;
+}
+
+std::string shape_of(const GuardTensor& g) {
+  std::string s = "[";
+  for (int d = 0; d < g.t.rank && d < ATTNGEN_MAX_RANK; ++d) {
+    s += (d ? ", " : "") + std::to_string(g.t.shape[d]);
+  }
+  return s + "]";
+}
+
 // The tensors of a successful call: each must span less than 2^31 bytes (docs/semantics.md).
 void check_accepted(std::initializer_list<const GuardTensor*> ts) {
   int k = 0;
@@ -806,8 +824,12 @@ void fuzz_attention(Input& in, Fill& fill) {
   GuardTensor q, k, v, out, kv_len, mask, layout, weights, lse;
   auto shape4 = [&](int64_t a, int64_t b, int64_t c, int64_t d) {
     std::vector<int64_t> s{a, b, c, d};
-    if (in.chance(4)) s.pop_back();
-    if (in.chance(3)) s.push_back(1);
+    // One change or none: a dimension dropped, or one of size 1 added (both would be valid).
+    if (in.chance(4)) {
+      s.pop_back();
+    } else if (in.chance(3)) {
+      s.push_back(1);
+    }
     return s;
   };
   const int qd = dtype_near(in, dt), kd = dtype_near(in, dt), vd = dtype_near(in, dt);
@@ -970,6 +992,16 @@ void fuzz_attention(Input& in, Fill& fill) {
   // A successful call: the arguments were valid. Check what the contract says of them.
   if (aliased) fail("an output aliasing an input was accepted");
   check_accepted({&q, &k, &v, &out});
+  if (!has_shape(q, {B, Sq, Hq, Dqk}) || !has_shape(k, {B, Skv, Hkv, Dqk}) ||
+      !has_shape(v, {B, Skv, Hkv, Dv}) || !has_shape(out, {B, Sq, Hq, Dv})) {
+    fail("attention accepted q %s, k %s, v %s, out %s", shape_of(q).c_str(), shape_of(k).c_str(),
+         shape_of(v).c_str(), shape_of(out).c_str());
+  }
+  if (o.weights && !has_shape(weights, {B, Hq, Sq, Skv})) {
+    fail("attention accepted weights %s", shape_of(weights).c_str());
+  }
+  if (o.lse && !has_shape(lse, {B, Hq, Sq}))
+    fail("attention accepted lse %s", shape_of(lse).c_str());
   if (o.weights) check_accepted({&weights});
   if (o.lse) check_accepted({&lse});
   if (null_opts) {
@@ -1030,7 +1062,7 @@ void fuzz_attention(Input& in, Fill& fill) {
   const std::vector<double> want = attngen::test::reference_attention(dq.view, dk.view, dv.view, r);
   ++g_ok_checked;
   if (wild) return;  // scores too large for the tolerance to mean anything
-  const Tolerance& tol = tolerance(dt != ATTNGEN_F32 ? dt : out_dt);
+  const Tolerance& tol = tolerance(qd != ATTNGEN_F32 ? qd : od);  // the storage dtype
   Dense av = dv;
   for (float& x : av.data) x = std::abs(x);
   av.view.data = av.data.data();
@@ -1059,8 +1091,11 @@ void fuzz_linear(Input& in, Fill& fill) {
   const int dt = in.u8() % 3;
   GuardTensor x, w, bias, y;
   auto shaped = [&](std::vector<int64_t> s) {
-    if (in.chance(5)) s.pop_back();
-    if (in.chance(4)) s.push_back(1);
+    if (in.chance(5)) {
+      s.pop_back();
+    } else if (in.chance(4)) {
+      s.push_back(1);
+    }
     return s;
   };
   const int xd = dtype_near(in, dt), wd = dtype_near(in, dt), bd = dtype_near(in, dt),
@@ -1096,13 +1131,18 @@ void fuzz_linear(Input& in, Fill& fill) {
   if (aliased) fail("an output aliasing an input was accepted");
   check_accepted({&x, &w, &y});
   if (with_bias) check_accepted({&bias});
+  if (!has_shape(x, {B, S, E}) || !has_shape(w, {N, E}) || !has_shape(y, {B, S, N}) ||
+      (with_bias && !has_shape(bias, {N}))) {
+    fail("linear accepted x %s, w %s, bias %s, y %s", shape_of(x).c_str(), shape_of(w).c_str(),
+         with_bias ? shape_of(bias).c_str() : "NULL", shape_of(y).c_str());
+  }
   const std::vector<double> want = attngen::test::reference_linear(
       x.dense(), B * S, E, w.dense(), N, with_bias ? bias.dense() : std::vector<double>{});
   const std::vector<double> mag =
       attngen::test::reference_linear(abs_of(x.dense()), B * S, E, abs_of(w.dense()), N,
                                       with_bias ? abs_of(bias.dense()) : std::vector<double>{});
   ++g_ok_checked;
-  check_close("y", y, want, mag, max_abs(mag), tolerance(dt));
+  check_close("y", y, want, mag, max_abs(mag), tolerance(xd));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1218,7 +1258,7 @@ void fuzz_mha(Input& in, Fill& fill) {
       wts.out_proj_bias ? out_b.dense() : std::vector<double>{}, mask_kind == ATTNGEN_MASK_CAUSAL,
       alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT, lens, mag);
   ++g_ok_checked;
-  check_close("y", y, want, mag, max_abs(mag), tolerance(dt));
+  check_close("y", y, want, mag, max_abs(mag), tolerance(xd));
 }
 
 // ---------------------------------------------------------------------------------------------
