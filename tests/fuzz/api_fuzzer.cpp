@@ -198,6 +198,13 @@ int64_t sat_add(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
 }
 
+// A stored value read back as an int32 (a kv_len or count tensor of a float dtype stores
+// infinities and fractions; such a call must fail anyway, the value only has to be defined).
+int32_t as_i32(double x) {
+  if (!std::isfinite(x)) return INT32_MIN;
+  return static_cast<int32_t>(std::max(-2147483648.0, std::min(2147483647.0, x)));
+}
+
 size_t element_size(int d) {
   switch (d) {
     case ATTNGEN_F32:
@@ -880,7 +887,7 @@ void fuzz_attention(Input& in, Fill& fill) {
         const int64_t bad[] = {-1, sat_add(Skv, 1), INT32_MIN, INT32_MAX};
         x = in.pick(bad);
       }
-      lens.push_back(static_cast<int32_t>(kv_len.set(off, static_cast<double>(x))));
+      lens.push_back(as_i32(kv_len.set(off, static_cast<double>(x))));
     });
     if (!in.chance(3)) o.kv_len = &kv_len.t;
   }
@@ -1224,7 +1231,7 @@ void fuzz_mha(Input& in, Fill& fill) {
       const uint8_t b = in.u8();
       int64_t v = S > 0 ? b % sat_add(S, 1) : 0;
       if (b >= 250) v = -1;
-      lens.push_back(static_cast<int32_t>(kv_len.set(off, static_cast<double>(v))));
+      lens.push_back(as_i32(kv_len.set(off, static_cast<double>(v))));
     });
     o.kv_len = &kv_len.t;
   }
@@ -1315,7 +1322,7 @@ void make_counts(Input& in, Counts& c, int64_t B, int64_t t) {
     const uint8_t b = in.u8();
     int64_t v = t > 0 && t < 64 ? b % (t + 1) : 0;
     if (b >= 250) v = in.pick({-1, INT32_MIN, INT32_MAX, 64});
-    c.values.push_back(static_cast<int64_t>(c.g.set(off, static_cast<double>(v))));
+    c.values.push_back(as_i32(c.g.set(off, static_cast<double>(v))));
   });
   c.used = !in.chance(4);
 }
