@@ -582,6 +582,18 @@ std::string shape_of(const GuardTensor& g) {
   return s + "]";
 }
 
+// A tensor for the report of a finding: dtype, shape, strides, where its data lies.
+std::string describe(const char* name, const GuardTensor& g) {
+  std::string s = std::string(" ") + name + "{dtype " + std::to_string(g.dtype()) + " shape " +
+                  shape_of(g) + " strides [";
+  for (int d = 0; d < g.t.rank && d < ATTNGEN_MAX_RANK; ++d) {
+    s += (d ? ", " : "") + std::to_string(g.t.strides[d]);
+  }
+  char addr[32];
+  std::snprintf(addr, sizeof addr, "%p", g.t.data);
+  return s + "] data " + addr + "}";
+}
+
 // The tensors of a successful call: each must span less than 2^31 bytes (docs/semantics.md).
 void check_accepted(std::initializer_list<const GuardTensor*> ts) {
   int k = 0;
@@ -889,6 +901,11 @@ void fuzz_attention(Input& in, Fill& fill) {
       }
       lens.push_back(as_i32(kv_len.set(off, static_cast<double>(x))));
     });
+    // What memory holds (elements may share it: zero or overlapping strides).
+    if (kv_len.small()) {
+      lens.clear();
+      for (double x : kv_len.dense()) lens.push_back(as_i32(x));
+    }
     if (!in.chance(3)) o.kv_len = &kv_len.t;
   }
 
@@ -920,6 +937,7 @@ void fuzz_attention(Input& in, Fill& fill) {
         mi.values.push_back(mask.set(off, x));
       }
     });
+    if (mask.small()) mi.values = mask.dense();  // elements may share memory (zero strides)
     o.mask_tensor = &mask.t;
   }
 
@@ -1031,6 +1049,9 @@ void fuzz_attention(Input& in, Fill& fill) {
     fail("a non-finite scale or a bad soft cap accepted");
   }
 
+  g_call += describe("q", q) + describe("k", k) + describe("v", v) + describe("out", out);
+  if (o.kv_len) g_call += describe("kv_len", kv_len);
+  if (mi.present) g_call += describe(mi.is_bool ? "bool_mask" : "add_mask", mask);
   RefAttention r;
   r.scale = o.scale;
   r.softcap = o.softcap;
@@ -1233,6 +1254,10 @@ void fuzz_mha(Input& in, Fill& fill) {
       if (b >= 250) v = -1;
       lens.push_back(as_i32(kv_len.set(off, static_cast<double>(v))));
     });
+    if (kv_len.small()) {  // elements may share memory (zero strides)
+      lens.clear();
+      for (double x : kv_len.dense()) lens.push_back(as_i32(x));
+    }
     o.kv_len = &kv_len.t;
   }
   o.kernel = kernel_name(in);
@@ -1324,6 +1349,10 @@ void make_counts(Input& in, Counts& c, int64_t B, int64_t t) {
     if (b >= 250) v = in.pick({-1, INT32_MIN, INT32_MAX, 64});
     c.values.push_back(as_i32(c.g.set(off, static_cast<double>(v))));
   });
+  if (c.g.small()) {  // elements may share memory (zero strides)
+    c.values.clear();
+    for (double x : c.g.dense()) c.values.push_back(as_i32(x));
+  }
   c.used = !in.chance(4);
 }
 
