@@ -1025,6 +1025,12 @@ void fuzz_attention(Input& in, Fill& fill) {
 
   // A successful call: the arguments were valid. Check what the contract says of them.
   if (aliased) fail("an output aliasing an input was accepted");
+  if (null_opts) {  // the defaults were used: none of the optional tensors was passed
+    o = attngen_attention_options_default();
+    wild = false;
+    ps = PatternSpec{};
+    mi = MaskInfo{};
+  }
   check_accepted({&q, &k, &v, &out});
   if (!has_shape(q, {B, Sq, Hq, Dqk}) || !has_shape(k, {B, Skv, Hkv, Dqk}) ||
       !has_shape(v, {B, Skv, Hkv, Dv}) || !has_shape(out, {B, Sq, Hq, Dv})) {
@@ -1038,12 +1044,6 @@ void fuzz_attention(Input& in, Fill& fill) {
     fail("attention accepted lse %s", shape_of(lse).c_str());
   if (o.weights) check_accepted({&weights});
   if (o.lse) check_accepted({&lse});
-  if (null_opts) {
-    o = attngen_attention_options_default();
-    wild = false;
-    ps = PatternSpec{};
-    mi = MaskInfo{};
-  }
   if (Dqk <= 0 || Dv <= 0 || Hkv <= 0 || Hq % Hkv != 0) fail("invalid head sizes accepted");
   if (!(std::isfinite(o.scale) && std::isfinite(o.softcap) && o.softcap >= 0)) {
     fail("a non-finite scale or a bad soft cap accepted");
