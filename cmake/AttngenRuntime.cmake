@@ -1,11 +1,12 @@
 # attngen_runtime_library(NAME [SANITIZE]): the C API runtime with the built-in kernel table.
 # SANITIZE builds it with AddressSanitizer and UBSan (the kernels themselves are Halide-made
-# objects and stay uninstrumented).
+# objects and stay uninstrumented). FUZZ (clang only) adds libFuzzer's coverage instrumentation to
+# the same sanitizers, for tests/fuzz.
 set(ATTNGEN_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
                            -fno-omit-frame-pointer)
 
 function(attngen_runtime_library NAME)
-  cmake_parse_arguments(A "SANITIZE" "" "" ${ARGN})
+  cmake_parse_arguments(A "SANITIZE;FUZZ" "" "" ${ARGN})
   add_library(${NAME} STATIC
               "${PROJECT_SOURCE_DIR}/runtime/src/allocator.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
@@ -25,5 +26,9 @@ function(attngen_runtime_library NAME)
   if (A_SANITIZE)
     target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS})
     target_link_options(${NAME} INTERFACE -fsanitize=address,undefined)
+  endif ()
+  if (A_FUZZ)
+    target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS} -fsanitize=fuzzer-no-link)
+    target_link_options(${NAME} INTERFACE -fsanitize=fuzzer,address,undefined)
   endif ()
 endfunction()

@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev libopenblas-dev
           clang-format libpng-dev nlohmann-json3-dev
-          g++-aarch64-linux-gnu qemu-user-static)  # the aarch64 cross build and its tests
+          g++-aarch64-linux-gnu qemu-user-static  # the aarch64 cross build and its tests
+          clang libclang-rt-14-dev)  # the fuzzer (libFuzzer, tools/fuzz.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
