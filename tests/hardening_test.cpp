@@ -275,6 +275,39 @@ TEST_F(HardeningAttention, F32MaskSpanOverflowIsTooLarge) {
   expect_error(ATTNGEN_ERROR_TOO_LARGE, "mask_tensor spans more than 2^31 - 1 bytes");
 }
 
+// Found by the fuzzer (tests/fuzz/regressions/known8-*): float data at an address not a multiple
+// of its element size was read through typed pointers (the F32 staging of f16 inputs, a cache
+// append). It is rejected, by name, nothing written.
+TEST_F(HardeningAttention, MisalignedFloatDataIsRejected) {
+  std::vector<float> shifted(q.buf.size() + 1);
+  std::memcpy(reinterpret_cast<char*>(shifted.data()) + 2, q.buf.data(),
+              q.buf.size() * sizeof(float) - 2);
+  q.t.data = reinterpret_cast<char*>(shifted.data()) + 2;
+  expect_error(ATTNGEN_ERROR_STRIDE, "q.data is not aligned to its element size (4 bytes)");
+  std::vector<uint16_t> halves(k.buf.size() + 1);
+  attngen_tensor k16 = k.t;
+  k16.dtype = ATTNGEN_F16;
+  k16.data = reinterpret_cast<char*>(halves.data()) + 1;
+  const int64_t shape[4] = {2, 7, 2, 64};
+  attngen_kv_cache_options o{};
+  o.layers = 1;
+  o.batch = 2;
+  o.heads_kv = 2;
+  o.head_dim_qk = 64;
+  o.capacity = 16;
+  o.dtype = ATTNGEN_F32;
+  o.window = -1;
+  attngen_kv_cache* cache = nullptr;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_OK) << attngen_last_error();
+  attngen_tensor v16 = attngen_tensor_contiguous(halves.data(), ATTNGEN_F16, 4, shape);
+  EXPECT_STATUS(attngen_kv_cache_append(cache, 0, &k16, &v16, nullptr), ATTNGEN_ERROR_STRIDE);
+  EXPECT_TRUE(mentions("not aligned"));
+  int64_t length = -1;
+  ASSERT_EQ(attngen_kv_cache_length(cache, 0, 0, &length), ATTNGEN_OK);
+  EXPECT_EQ(length, 0) << "nothing appended";
+  attngen_kv_cache_destroy(cache);
+}
+
 TEST_F(HardeningAttention, MisalignedKvLenIsReadAsIs) {
   // kv_len's I32 values at an odd address: read as they are (no misaligned int32 load).
   ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt), ATTNGEN_OK) << attngen_last_error();

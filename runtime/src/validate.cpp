@@ -197,6 +197,12 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
     return c.fail(ATTNGEN_ERROR_DTYPE,
                   name + " has dtype " + dtype_name(dtype) + ", expected " + expected);
   }
+  // Float elements are read as their type (by kernels and conversions): their address must be a
+  // multiple of their size. (I32 tensors, kv_len and counts, are read by the runtime byte-wise.)
+  if (floating && reinterpret_cast<uintptr_t>(t->data) % dtype_size(dtype) != 0) {
+    return c.fail(ATTNGEN_ERROR_STRIDE, name + ".data is not aligned to its element size (" +
+                                            std::to_string(dtype_size(dtype)) + " bytes)");
+  }
   if (t->rank != spec.rank) {
     std::string dims;
     for (int d = 0; d < spec.rank; ++d) dims += std::string(d ? ", " : "") + spec.dims[d];

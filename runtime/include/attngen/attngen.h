@@ -28,7 +28,8 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_EMPTY,              /* a size of 0 */
   ATTNGEN_ERROR_TOO_LARGE,          /* a size, stride or extent in memory too large to index */
   ATTNGEN_ERROR_STRIDE,             /* unsupported stride (innermost must be 1, none negative,
-                                       no two elements of an output at one address) */
+                                       no two elements of an output at one address) or float
+                                       data not aligned to its element size */
   ATTNGEN_ERROR_ALIAS,              /* the output shares a byte with an input (or a decode's
                                        input one with the cache storage the call writes) */
   ATTNGEN_ERROR_MASK,               /* mask tensor of the wrong dtype or shape */
