@@ -18,7 +18,9 @@
 // affect it, and a non-finite value reaches exactly the rows that read it. Not part of CI (the
 // kernels are being fixed for it).
 //
-// Exclusions of known, not yet fixed bugs are marked KNOWN(issue17-N): remove when fixed.
+// Exclusions of known, not yet fixed bugs are marked KNOWN(issue17-N) (guarded by excluded(N)):
+// remove when fixed. None is open: the nine found so far are fixed and replayed as
+// tests/fuzz/regressions/fixed<N>-*.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -159,7 +161,7 @@ void put_enum(E& field, int value) {
 // check fixes or reproduce: "all", or a list of ids ("3,5").
 const char* g_known_off = nullptr;
 
-bool excluded(int id) {
+[[maybe_unused]] bool excluded(int id) {
   if (g_known_off == nullptr || g_known_off[0] == '\0') return true;
   if (std::strcmp(g_known_off, "all") == 0) return false;
   const std::string list = std::string(",") + g_known_off + ",";
@@ -170,10 +172,6 @@ bool excluded(int id) {
 int bad_enum(Input& in) {
   static constexpr int kBad[] = {-1, 2, 3, 5, 6, 7, 0x7fffffff, INT32_MIN, 0x40000000};
   int v = in.pick(kBad);
-  // KNOWN(issue17-1): the runtime loads enum fields holding negative values (outside the
-  // range of an enum whose enumerators are 0..0x7fffffff: UB, UBSan's -fsanitize=enum).
-  // Remove when fixed.
-  if (excluded(1) && v < 0) v = 7;
   return v;
 }
 
@@ -817,15 +815,6 @@ struct MaskInfo {
 size_t misalign(Input& in, int dtype) {
   if (!in.chance(8)) return 0;
   // Misaligned data pointers (not a multiple of the element size).
-  // KNOWN(issue17-2): the runtime reads I32 tensors (kv_len, counts) through int32_t pointers,
-  // which UBSan reports when misaligned. Remove when fixed.
-  if (excluded(2) && dtype == ATTNGEN_I32) return 4;
-  // KNOWN(issue17-8), found by this fuzzer: the runtime loads elements of F16 / BF16 / F32
-  // tensors through typed pointers, UB when the data pointer is not a multiple of the element
-  // size: the F32 staging (runtime/src/convert.cpp row_to_f32; regression
-  // known8-misaligned-f16-data-convert) and the KV cache append (convert.h load_f32 from
-  // kv_cache.cpp store_row; known8-misaligned-f32-data-kv-append). Remove when fixed.
-  if (excluded(8) && dtype != ATTNGEN_I32) return element_size(dtype) * (1 + in.u8() % 3);
   return 1 + in.u8() % 3;
 }
 
@@ -1447,9 +1436,6 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
   }
   CacheModel m;
   o.layers = !in.chance(8) ? dim(in, 3) : 1LL << 27;
-  // KNOWN(issue17-3): kv_cache_create with layers = 2^27 commits 1 GiB before refusing it (and
-  // larger ones trip ASan's allocation limit). Remove when fixed.
-  if (excluded(3) && (o.layers > 64 || o.layers < -64)) o.layers = -1;
   o.batch = dim(in, 3);
   o.heads_kv = dim(in, 3);
   o.head_dim_qk = head_dim(in);
@@ -1465,8 +1451,6 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
     o.window = o.capacity > 0 && o.capacity < 1000 ? wb % o.capacity : wb % 8;
   } else {
     o.window = in.pick(kHostile);
-    // KNOWN(issue17-4): window = INT64_MAX overflows (UB) in the option checks. Remove when fixed.
-    if (excluded(4) && o.window == INT64_MAX) o.window = 1LL << 40;
   }
   GuardTensor storage;
   size_t bytes = 0;
@@ -1650,10 +1634,9 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       const bool aliased = in.chance(4) && x.mapped();
       if (aliased) y_t.data = x.t.data;
       // y inside the cache's caller-provided storage (the cache is an input, and the step
-      // appends to it). KNOWN(issue17-9): attngen_mha_decode does not check y against the
-      // cache's storage. Remove when fixed.
+      // appends to it).
       const bool pick_storage = in.chance(40);
-      const bool on_storage = pick_storage && !aliased && o.storage != nullptr && !excluded(9);
+      const bool on_storage = pick_storage && !aliased && o.storage != nullptr;
       if (on_storage) y_t.data = o.storage;
       g_call = created + "; mha_decode layer=" + std::to_string(layer) +
                dims_string({{"B", B},
@@ -1761,18 +1744,8 @@ void fuzz_pattern_attends(Input& in, Fill& fill) {
     const uint8_t b = in.u8();
     if (b < 220) return b % 48;
     int64_t v = in.pick(kPos);
-    // KNOWN(issue17-5): pattern_attends overflows (UB) on positions near INT64_MIN / INT64_MAX.
-    // Remove when fixed.
-    if (excluded(5) && (v == INT64_MIN || v == INT64_MAX)) v = 1LL << 40;
     return v;
   };
-  // KNOWN(issue17-6): pattern_attends reads a block-sparse layout through its strides without
-  // checking them (a huge negative stride reads far outside it). Remove when fixed.
-  if (excluded(6) && ps.has_layout && layout.t.rank == 2 &&
-      (layout.t.strides[0] < 0 || layout.t.strides[1] < 0 || !layout.addressable() ||
-       !layout.mapped())) {
-    ps.p.layout = nullptr;
-  }
   const int64_t p = position(), i = position(), j = position();
   g_call = "pattern_attends" + dims_string({{"kind", ps.kind},
                                             {"left", ps.p.window_left},
@@ -1822,10 +1795,6 @@ void fuzz_small(Input& in) {
       std::vector<int64_t> dims(static_cast<size_t>(n));
       for (int64_t d = 0; d < n; ++d) {
         dims[d] = !in.chance(16) ? 1 + in.u8() % 16 : in.pick(kHostile);
-        // KNOWN(issue17-7), found by this fuzzer: attngen_tensor_contiguous multiplies hostile
-        // sizes into its strides without an overflow check (runtime/src/api.cpp, signed
-        // overflow, UB; regressions/known7-*). Remove when fixed.
-        if (excluded(7) && (dims[d] > (1LL << 12) || dims[d] < -(1LL << 12))) dims[d] = 0;
         std::memcpy(shape.at(d * 2), &dims[d], 8);
       }
       g_call = "tensor_contiguous rank=" + std::to_string(rank);
@@ -1844,8 +1813,6 @@ void fuzz_small(Input& in) {
     }
     case 1: {  // attngen_status_name
       int s = !in.chance(56) ? in.u8() % (kStatuses + 3) : in.pick({0x7fffffff, 1000, -1});
-      // KNOWN(issue17-1) (negative enum values): see bad_enum.
-      if (excluded(1) && s < 0) s = 1000;
       g_call = "status_name " + std::to_string(s);
       ++g_calls;
       const char* name = attngen_status_name(static_cast<attngen_status>(s));
