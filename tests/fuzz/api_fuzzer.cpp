@@ -1457,6 +1457,10 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
   const bool null_so = in.chance(4), null_sb = in.chance(4);
   const attngen_status ss =
       note(attngen_kv_cache_storage_size(null_so ? nullptr : &o, null_sb ? nullptr : &bytes));
+  // A valid cache larger than 1 GiB is a real allocation of that size (libFuzzer's malloc limit):
+  // not created here. (One of 2^27 layers of one slot each, 1 GiB, is.)
+  size_t need = 0;
+  if (attngen_kv_cache_storage_size(&o, &need) == ATTNGEN_OK && need > (size_t{1} << 30)) return;
   if (in.chance(80) && ss == ATTNGEN_OK && bytes <= (64u << 20)) {
     storage.make(ATTNGEN_I8, {{static_cast<int64_t>(bytes)}, {1}}, 0, false);
     storage.poison();
@@ -1488,7 +1492,13 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
   m.capacity = o.capacity;
   m.window = o.window;
   m.dtype = cache_dtype;
-  if (m.layers * m.batch > 4096 || m.window >= m.capacity) fail("implausible cache accepted");
+  if (m.window >= m.capacity) fail("implausible cache accepted");
+  // A cache of very many layers is valid (its bookkeeping grows with the layers used, its storage
+  // comes as untouched zero pages): too large for the harness's model, created and destroyed only.
+  if (m.layers * m.batch > 4096) {
+    attngen_kv_cache_destroy(cache);
+    return;
+  }
   m.k.assign(static_cast<size_t>(m.layers * m.batch), {});
   m.v = m.k;
   bool model_valid = true;
@@ -1766,7 +1776,15 @@ void fuzz_pattern_attends(Input& in, Fill& fill) {
   bool valid = !null_p && small && ps.kind >= 0 && ps.kind <= 4;
   if (ps.kind == ATTNGEN_PATTERN_STRIDED) valid = valid && ps.p.stride > 0 && ps.p.stride < 1000;
   if (ps.kind == ATTNGEN_PATTERN_WINDOW) {
-    valid = valid && ps.p.window_left < 1000 && ps.p.window_right < 1000;
+    // (Sides below -1, or both unbounded, are rejected by calls: malformed, answered 0.)
+    valid = valid && ps.p.window_left < 1000 && ps.p.window_right < 1000 &&
+            ps.p.window_left >= -1 && ps.p.window_right >= -1 &&
+            (ps.p.window_left >= 0 || ps.p.window_right >= 0);
+    if (!valid && !null_p && small &&
+        (ps.p.window_left < -1 || ps.p.window_right < -1 ||
+         (ps.p.window_left < 0 && ps.p.window_right < 0))) {
+      if (got != 0) fail("pattern_attends returned %d for a malformed window", got);
+    }
   }
   if (ps.kind == ATTNGEN_PATTERN_GLOBAL_LOCAL) {
     valid = valid && ps.p.local >= 0 && ps.p.local < 1000 && ps.p.global_tokens >= 0 &&
