@@ -112,6 +112,9 @@ TEST_P(DecodeKernel, NonFiniteInputs) {
   for (int rep = 0; rep < 3; ++rep) {
     base(2, 4, 2).prefill(17).new_tokens(3).steps(3).nonfinite().Test(GetParam());
     base(1, 2, 1).prefill(40).nonfinite().Test(GetParam());
+    // A ring buffer keeping only the query's own position (window 0), two tokens a step.
+    base(3, 3, 3).window(0).new_tokens(2).lengths({6, 5, 4}).nonfinite().Test(GetParam());
+    base(2, 4, 2).window(3).prefill(2).new_tokens(2).steps(4).nonfinite().Test(GetParam());
   }
 }
 

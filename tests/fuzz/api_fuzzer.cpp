@@ -1364,6 +1364,7 @@ std::vector<double> decode_reference(const CacheModel& m, int64_t layer,
         const int64_t hk = h / group;
         std::vector<double> s;
         double mx = -std::numeric_limits<double>::infinity();
+        bool nan = false;
         for (int64_t j = lo; j <= p; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -1371,14 +1372,21 @@ std::vector<double> decode_reference(const CacheModel& m, int64_t layer,
                    ks[static_cast<size_t>(j)][static_cast<size_t>(hk * D + d)];
           }
           s.push_back(dot * scale);
+          nan = nan || std::isnan(dot * scale);
           mx = std::max(mx, dot * scale);
         }
+        // As in tests/reference.cpp (docs/semantics.md): a row whose scores are all -inf counts
+        // as fully masked (0); a NaN score makes the row NaN.
+        if (!nan && mx == -std::numeric_limits<double>::infinity()) continue;
+        if (nan) mx = std::numeric_limits<double>::quiet_NaN();
         double sum = 0;
         for (double& x : s) sum += (x = std::exp(x - mx));
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0;
           for (int64_t j = lo; j <= p; ++j) {
             const double x = vs[static_cast<size_t>(j)][static_cast<size_t>(hk * Dv + d)];
+            // (A weight of exactly 0, a score of -inf, adds nothing, whatever V holds.)
+            if (s[static_cast<size_t>(j - lo)] == 0.0) continue;
             acc += s[static_cast<size_t>(j - lo)] * (abs_v ? std::abs(x) : x);
           }
           out[static_cast<size_t>(((b * t + i) * Hq + h) * Dv + d)] = acc / sum;
@@ -1413,6 +1421,20 @@ void model_append(CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt,
       std::vector<double> vr = vrows[static_cast<size_t>(b)][static_cast<size_t>(r)];
       for (double& x : kr) x = m.round(x);
       for (double& x : vr) x = m.round(x);
+      if (m.dtype == ATTNGEN_I8) {
+        // An I8 row (one slot of one kv head) holding a NaN or an infinity has a NaN scale: the
+        // whole row reads as NaN (docs/semantics.md, "Incremental decoding").
+        const auto nan_rows = [&m](std::vector<double>& row, int64_t d) {
+          for (int64_t h = 0; h < m.hkv; ++h) {
+            const auto first = row.begin() + h * d, last = first + d;
+            if (std::any_of(first, last, [](double x) { return !std::isfinite(x); })) {
+              std::fill(first, last, std::numeric_limits<double>::quiet_NaN());
+            }
+          }
+        };
+        nan_rows(kr, m.dqk);
+        nan_rows(vr, m.dv);
+      }
       m.k[static_cast<size_t>(layer * m.batch + b)].push_back(kr);
       m.v[static_cast<size_t>(layer * m.batch + b)].push_back(vr);
     }
