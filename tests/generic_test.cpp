@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,36 @@ TEST_P(GenericKernel, NonFiniteInputs) {
         .Test(GetParam());
     base(1, 2, 1, 29, 64, n++).head_dim(d, e).nonfinite().softcap(3.0f).Test(GetParam());
   }
+}
+
+// Pattern parameters far past every key (INT32_MAX) mean what they say: found by the fuzzer, a
+// window_right of INT32_MAX overflowed the kernels' int32 positions and attended nothing.
+TEST_P(GenericKernel, HugePatternParameters) {
+  attngen_pattern p{};
+  p.kind = GetParam()->pattern.kind;
+  const int32_t huge = std::numeric_limits<int32_t>::max();
+  if (p.kind == ATTNGEN_PATTERN_WINDOW) {
+    p.window_left = 0;
+    p.window_right = huge;
+  } else if (p.kind == ATTNGEN_PATTERN_STRIDED) {
+    p.stride = huge;
+  } else if (p.kind == ATTNGEN_PATTERN_GLOBAL_LOCAL) {
+    p.local = huge;
+  } else {
+    GTEST_SKIP() << "no unbounded parameter in this kernel's pattern";
+  }
+  const int64_t d = std::min<int64_t>(dqk(), 7);
+  AttentionTester()
+      .batch(2)
+      .heads(3, 1)
+      .seq(20, 12)
+      .head_dim(d)
+      .causal()
+      .pattern(p)
+      .weights(GetParam()->weights != 0)
+      .lse(GetParam()->lse != 0)
+      .Test(GetParam());
+  AttentionTester().batch(1).heads(2, 2).seq(9, 30).head_dim(d).pattern(p).Test(GetParam());
 }
 
 // Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal

@@ -463,6 +463,15 @@ attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_inf
     };
     args.causal = opt.mask == ATTNGEN_MASK_CAUSAL;
     args.pattern = opt.pattern;
+    // A query's position p lies in [-Sq, Skv + Sq) and keys in [0, Skv): a window side, stride or
+    // local width of Skv + Sq or more reaches as far as any larger one. Clamped to that, so that
+    // the kernels' int32 position arithmetic (p + window_right, say) cannot overflow (found by the
+    // fuzzer: window_right = INT32_MAX attended nothing).
+    const int64_t reach = call.seq_q + call.seq_kv;
+    for (int32_t* side : {&args.pattern.window_left, &args.pattern.window_right,
+                          &args.pattern.stride, &args.pattern.local}) {
+      if (*side > reach) *side = static_cast<int32_t>(reach);
+    }
     args.mask_kind = attention_query(call).mask_tensor;
     if (args.mask_kind != ATTNGEN_MASK_TENSOR_BOOL)
       stand_in(views.bool_mask, &kAttend, ATTNGEN_BOOL);
