@@ -162,7 +162,15 @@ TEST_P(GenericKernel, HugePatternParameters) {
       .weights(GetParam()->weights != 0)
       .lse(GetParam()->lse != 0)
       .Test(GetParam());
-  AttentionTester().batch(1).heads(2, 2).seq(9, 30).head_dim(d).pattern(p).Test(GetParam());
+  AttentionTester()
+      .batch(1)
+      .heads(2, 2)
+      .seq(9, 30)
+      .head_dim(d)
+      .pattern(p)
+      .weights(GetParam()->weights != 0)
+      .lse(GetParam()->lse != 0)
+      .Test(GetParam());
 }
 
 // Key blocks and query tiles cut at odd places, long enough to skip blocks past the diagonal
