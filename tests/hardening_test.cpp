@@ -792,6 +792,18 @@ TEST_F(HardeningMhaDecode, InputsInsideTheCacheAreAliases) {
       << attngen_last_error();
 }
 
+// Found by the fuzzer's 30-minute run: an output in another layer's storage (y inside layer 0
+// for a step on layer 1) was accepted, and writing it corrupted the cache.
+TEST_F(HardeningMhaDecode, OutputInAnyLayerOfTheCacheIsAnAlias) {
+  const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
+  attngen_tensor y0 = y.t;
+  y0.data = store.data();
+  const std::vector<float> before = store;
+  EXPECT_STATUS(attngen_mha_decode(&x.t, &w, cache, 1, &y0, &opt), ATTNGEN_ERROR_ALIAS);
+  EXPECT_TRUE(mentions("y overlaps the cache's storage"));
+  EXPECT_EQ(std::memcmp(before.data(), store.data(), before.size() * sizeof(float)), 0);
+}
+
 TEST_F(HardeningMhaDecode, DecodeCountsInsideOutput) {
   const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
   ASSERT_EQ(attngen_mha_decode(&x.t, &w, cache, 1, &y.t, &opt), ATTNGEN_OK);

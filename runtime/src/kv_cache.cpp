@@ -361,6 +361,22 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
       cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
   const bool i8 = cache.scales != nullptr;
   const attngen_tensor scales = i8 ? cache_scales(cache, layer, o.capacity) : store;
+  // An output may not lie anywhere in the cache's storage, other layers included: writing it
+  // would corrupt what the cache holds (found by the fuzzer: y inside layer 0 of a step on
+  // layer 2 was accepted).
+  const int64_t total = static_cast<int64_t>(
+      i8 ? scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4
+         : static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o)));
+  const attngen_tensor whole = attngen_tensor_contiguous(cache.data, ATTNGEN_I8, 1, &total);
+  if (output) {
+    const Overlap overlap = bytes_overlap(t, whole);
+    if (overlap == Overlap::kNone) return true;
+    return c.fail(
+        ATTNGEN_ERROR_ALIAS,
+        std::string(name) +
+            (overlap == Overlap::kOverlap ? " overlaps" : " may overlap (too large to check)") +
+            " the cache's storage; the output must not alias the cache");
+  }
   for (const attngen_tensor* part : {&store, &scales}) {
     const Overlap overlap = bytes_overlap(t, *part);
     if (overlap == Overlap::kNone) continue;
