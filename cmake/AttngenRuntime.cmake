@@ -1,12 +1,24 @@
-# attngen_runtime_library(NAME [SANITIZE]): the C API runtime with the built-in kernel table.
-# SANITIZE builds it with AddressSanitizer and UBSan (the kernels themselves are Halide-made
-# objects and stay uninstrumented). FUZZ (clang only) adds libFuzzer's coverage instrumentation to
-# the same sanitizers, for tests/fuzz.
+# attngen_runtime_library(NAME [CORE] [SANITIZE] [FUZZ]): the C API runtime with the built-in
+# kernel table. CORE builds it without the table (attngen_core): it links no kernel, and an app
+# links the runtime plus the kernels it registers (examples/embedded). SANITIZE builds it with
+# AddressSanitizer and UBSan (the kernels themselves are Halide-made objects and stay
+# uninstrumented). FUZZ (clang only) adds libFuzzer's coverage instrumentation to the same
+# sanitizers, for tests/fuzz.
+#
+# Every function and datum is a section of its own, so an app linked with --gc-sections keeps
+# only the entry points it calls and what they reach.
 set(ATTNGEN_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
                            -fno-omit-frame-pointer)
 
 function(attngen_runtime_library NAME)
-  cmake_parse_arguments(A "SANITIZE;FUZZ" "" "" ${ARGN})
+  cmake_parse_arguments(A "CORE;SANITIZE;FUZZ" "" "" ${ARGN})
+  if (A_CORE)
+    set(table "${PROJECT_SOURCE_DIR}/runtime/src/no_builtin_kernels.c")
+    set(kernels "")
+  else ()
+    set(table "${ATTNGEN_REGISTRY_SOURCE}")
+    set(kernels ${ATTNGEN_BUILTIN_KERNELS})
+  endif ()
   add_library(${NAME} STATIC
               "${PROJECT_SOURCE_DIR}/runtime/src/allocator.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
@@ -17,11 +29,15 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/threads.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
-              "${ATTNGEN_REGISTRY_SOURCE}")
+              "${table}")
   target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
   # Halide::Runtime only for its headers (the runtime's code is attngen_halide_runtime_*):
   # BUILD_INTERFACE keeps it out of the installed package, whose users need no Halide.
-  target_link_libraries(${NAME} PUBLIC attngen_headers ${ATTNGEN_BUILTIN_KERNELS}
+  target_compile_options(${NAME} PRIVATE -ffunction-sections -fdata-sections)
+  if (A_CORE)
+    target_compile_options(${NAME} PRIVATE -Os)
+  endif ()
+  target_link_libraries(${NAME} PUBLIC attngen_headers ${kernels}
                         PRIVATE $<BUILD_INTERFACE:Halide::Runtime> ${CMAKE_DL_LIBS})
   if (A_SANITIZE)
     target_compile_options(${NAME} PRIVATE ${ATTNGEN_SANITIZE_FLAGS})
