@@ -108,6 +108,12 @@ function(_attngen_runtime NAME TARGET)
     return()
   endif ()
   set(obj "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.o")
+  # Single-threaded builds (ATTNGEN_SINGLE_THREADED): Halide's runtime for no OS, whose parallel
+  # loops run serially and which needs neither pthreads nor dlopen; the runtime library
+  # provides its halide_malloc, halide_free, halide_error and halide_print.
+  if (ATTNGEN_SINGLE_THREADED)
+    string(REGEX REPLACE "-(linux|android|osx|windows)" "-noos" TARGET "${TARGET}")
+  endif ()
   add_custom_command(OUTPUT "${obj}"
                      COMMAND ${ATTNGEN_GENERATOR} -r ${NAME} -o "${CMAKE_CURRENT_BINARY_DIR}"
                              -e object target=${TARGET}-user_context
@@ -116,8 +122,10 @@ function(_attngen_runtime NAME TARGET)
                      VERBATIM)
   add_library(${NAME} STATIC "${obj}")
   set_target_properties(${NAME} PROPERTIES LINKER_LANGUAGE CXX)
-  find_package(Threads REQUIRED)
-  target_link_libraries(${NAME} INTERFACE Threads::Threads ${CMAKE_DL_LIBS})
+  if (NOT ATTNGEN_SINGLE_THREADED)
+    find_package(Threads REQUIRED)
+    target_link_libraries(${NAME} INTERFACE Threads::Threads ${CMAKE_DL_LIBS})
+  endif ()
   set_property(GLOBAL APPEND PROPERTY ATTNGEN_HALIDE_RUNTIMES ${NAME})
 endfunction()
 

@@ -34,6 +34,11 @@ function(attngen_runtime_library NAME)
   # Halide::Runtime only for its headers (the runtime's code is attngen_halide_runtime_*):
   # BUILD_INTERFACE keeps it out of the installed package, whose users need no Halide.
   target_compile_options(${NAME} PRIVATE -ffunction-sections -fdata-sections)
+  if (ATTNGEN_SINGLE_THREADED)
+    # No thread-safe statics either: their guards are the only locks left.
+    target_compile_definitions(${NAME} PRIVATE ATTNGEN_SINGLE_THREADED=1)
+    target_compile_options(${NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-threadsafe-statics>)
+  endif ()
   if (A_CORE)
     target_compile_options(${NAME} PRIVATE -Os)
   endif ()

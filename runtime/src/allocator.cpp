@@ -20,7 +20,7 @@
 namespace attngen::rt {
 
 void install_allocator() {
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(__SANITIZE_ADDRESS__) && !ATTNGEN_SINGLE_THREADED
   // Under AddressSanitizer the kernels' blocks come from the instrumented malloc instead, so a
   // kernel that touches freed scratch memory is caught rather than served from the cache.
   halide_set_custom_malloc(block_cache::allocate);
@@ -53,3 +53,26 @@ void release_thread_scratch() {
 }
 
 }  // namespace attngen::rt
+
+#if ATTNGEN_SINGLE_THREADED
+// Halide's noos runtime has no halide_set_custom_malloc: its kernels call these directly.
+extern "C" void* halide_malloc(void* user_context, size_t bytes) {
+#if !defined(__SANITIZE_ADDRESS__)
+  return attngen::block_cache::allocate(user_context, bytes);
+#else
+  (void)user_context;
+  return std::aligned_alloc(
+      attngen::block_cache::kAlignment,
+      (bytes + attngen::block_cache::kAlignment - 1) & ~(attngen::block_cache::kAlignment - 1));
+#endif
+}
+
+extern "C" void halide_free(void* user_context, void* p) {
+#if !defined(__SANITIZE_ADDRESS__)
+  attngen::block_cache::release(user_context, p);
+#else
+  (void)user_context;
+  std::free(p);
+#endif
+}
+#endif

@@ -13,8 +13,8 @@ namespace attngen::rt {
 
 namespace {
 
-thread_local std::string t_last_error;
-thread_local std::string t_last_kernel;
+ATTNGEN_THREAD_LOCAL std::string t_last_error;
+ATTNGEN_THREAD_LOCAL std::string t_last_kernel;
 
 // Per-call sink for Halide's error messages, passed to kernels as their user_context.
 struct CallContext {
@@ -29,7 +29,9 @@ void capture_error(void* user_context, const char* message) {
 
 void install_halide_hooks() {
   static const bool installed = [] {
+#if !ATTNGEN_SINGLE_THREADED  // Halide's noos runtime calls halide_error() itself (below)
     halide_set_error_handler(capture_error);
+#endif
     install_allocator();
     return true;
   }();
@@ -242,6 +244,15 @@ attngen_status finish(const Check& c, const attngen_kernel_info* kernel) {
 }  // namespace attngen::rt
 
 using namespace attngen::rt;
+
+#if ATTNGEN_SINGLE_THREADED
+// Halide's noos runtime leaves its error and print hooks to the application: errors go to the
+// call's context as in the threaded build, and the library prints nothing.
+extern "C" void halide_error(void* user_context, const char* message) {
+  capture_error(user_context, message);
+}
+extern "C" void halide_print(void*, const char*) {}
+#endif
 
 extern "C" {
 

@@ -71,7 +71,11 @@ struct Cache {
   }
 };
 
+#if ATTNGEN_SINGLE_THREADED  // the runtime for one thread (runtime/src/internal.h)
+inline Cache t_cache;
+#else
 inline thread_local Cache t_cache;
+#endif
 
 // The block holds a header (its class) before the caller's memory, and 8 bytes of slack after:
 // Halide may read a vector's worth past either end.

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>  // std::lock_guard, and std::mutex where there are threads
 #include <string>
 #include <vector>
 
@@ -11,7 +12,26 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 
+// ATTNGEN_SINGLE_THREADED (CMake option of the same name): a runtime for one thread, with no
+// thread pool, no locks and no thread-local storage, for MCUs and RTOSes without pthreads. Its
+// kernels' parallel loops run serially in Halide's "noos" runtime; calls must come from one
+// thread at a time (docs/semantics.md, "Resources").
+#if ATTNGEN_SINGLE_THREADED
+#define ATTNGEN_THREAD_LOCAL
+#else
+#define ATTNGEN_THREAD_LOCAL thread_local
+#endif
+
 namespace attngen::rt {
+
+#if ATTNGEN_SINGLE_THREADED
+struct Mutex {  // nothing to exclude
+  void lock() {}
+  void unlock() {}
+};
+#else
+using Mutex = std::mutex;
+#endif
 
 // The first failure of a call: its status and a message naming the argument.
 class Check {

@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #endif
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,8 +18,8 @@ namespace attngen::rt {
 
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
+Mutex& registry_mutex() {
+  static Mutex m;
   return m;
 }
 
@@ -321,12 +320,12 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
 extern "C" {
 
 size_t attngen_kernel_count(void) {
-  std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+  std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
   return attngen::rt::registered().size() + attngen::rt::builtin_count();
 }
 
 const attngen_kernel_info* attngen_kernel_at(size_t index) {
-  std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+  std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
   const auto& reg = attngen::rt::registered();
   if (index < reg.size()) return reg[index];
   index -= reg.size();
@@ -437,7 +436,7 @@ attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
     return attngen::rt::finish(c, nullptr);
   }
   {
-    std::lock_guard<std::mutex> lock(attngen::rt::registry_mutex());
+    std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
     attngen::rt::registered().push_back(kernel);
   }
   return attngen::rt::finish(c, nullptr);

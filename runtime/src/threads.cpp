@@ -9,6 +9,44 @@
 // and the pool is resized or stopped only with it held exclusively: waiting for the kernels
 // running on other threads to finish, and making kernels that start meanwhile wait (writers
 // first, so a steady stream of calls cannot postpone it forever).
+#include "runtime/src/internal.h"
+
+#if ATTNGEN_SINGLE_THREADED
+// The single-threaded runtime (internal.h): no pool to resize or stop, nothing to wait for.
+namespace attngen::rt {
+
+KernelRunScope::KernelRunScope() = default;
+KernelRunScope::~KernelRunScope() = default;
+
+int thread_count() { return 1; }
+
+}  // namespace attngen::rt
+
+using namespace attngen::rt;
+
+extern "C" {
+
+attngen_status attngen_set_num_threads(int threads) {
+  Check c;
+  if (threads != 0 && threads != 1) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           "threads is " + std::to_string(threads) +
+               ", expected 0 or 1: this build of attngen is single-threaded "
+               "(ATTNGEN_SINGLE_THREADED)");
+  }
+  return finish(c, nullptr);
+}
+
+attngen_status attngen_release_memory(void) {
+  Check c;
+  release_thread_scratch();
+  return finish(c, nullptr);
+}
+
+}  // extern "C"
+
+#else  // !ATTNGEN_SINGLE_THREADED
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -20,8 +58,6 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-
-#include "runtime/src/internal.h"
 
 namespace attngen::rt {
 
@@ -131,3 +167,5 @@ attngen_status attngen_release_memory(void) {
 }
 
 }  // extern "C"
+
+#endif  // ATTNGEN_SINGLE_THREADED
