@@ -10,7 +10,7 @@ include(CMakePackageConfigHelpers)
 set(ATTNGEN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/attngen")
 
 get_property(attngen_runtimes GLOBAL PROPERTY ATTNGEN_HALIDE_RUNTIMES)
-set(attngen_built_targets attngen attngen_generator ${ATTNGEN_BUILTIN_KERNELS} ${attngen_runtimes})
+set(attngen_built_targets attngen attngen_core attngen_generator ${ATTNGEN_BUILTIN_KERNELS} ${attngen_runtimes})
 set(attngen_tool_targets "")
 if (TARGET attngen_cli)
   set(attngen_tool_targets attngen_cli)
@@ -37,7 +37,7 @@ install(CODE "
   endif ()
 ")
 
-install(TARGETS attngen attngen_headers attngen_generator ${ATTNGEN_BUILTIN_KERNELS}
+install(TARGETS attngen attngen_core attngen_headers attngen_generator ${ATTNGEN_BUILTIN_KERNELS}
                 ${attngen_runtimes}
         EXPORT attngenTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
