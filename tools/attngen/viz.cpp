@@ -319,10 +319,29 @@ void list_weights_kernels(FILE* f) {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!plain_attention_with_weights(*k) || !seen.insert(variant_name(*k)).second) continue;
-    std::fprintf(f, "  --pattern %-40s (%s)\n", describe_kernel(*k).c_str(),
-                 variant_name(*k).c_str());
+    // A generic kernel takes its pattern's parameters and the causal mask at run time.
+    std::string what = describe_kernel(*k);
+    if (k->generic != 0) {
+      what = what.substr(0, what.find(' ')) +
+             " (any parameters, D <= " + std::to_string(k->head_dim_qk) + ")";
+    }
+    std::fprintf(f, "  --pattern %-40s (%s)\n", what.c_str(), variant_name(*k).c_str());
   }
   if (seen.empty()) std::fprintf(f, "  (none)\n");
+}
+
+// For real heads: the head dims the kernels with a weights output of dense attention take.
+std::string weights_head_dims() {
+  std::set<std::string> dims;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (!plain_attention_with_weights(*k) || k->pattern.kind != ATTNGEN_PATTERN_NONE) continue;
+    dims.insert(k->generic != 0 ? "any up to " + std::to_string(k->head_dim_qk)
+                                : std::to_string(k->head_dim_qk));
+  }
+  std::string s;
+  for (const std::string& d : dims) s += (s.empty() ? "" : ", ") + d;
+  return s.empty() ? "none" : s;
 }
 
 PatternId parse_pattern(const std::string& command, const std::string& s) {
@@ -491,20 +510,18 @@ std::vector<OptionSpec> viz_specs() {
   std::vector<OptionSpec> s = {
       {"q", "FILE", "real heads: projected queries [S, H, D] (.npy or safetensors 'q')"},
       {"k", "FILE", "real heads: projected keys [S, Hkv, D] (.npy or safetensors 'k')"},
-      {"weights", "FILE",
-       "real heads: attention weights [H, S, S] or [S, S] (.npy or "
-       "safetensors 'weights')"},
+      {"weights", "FILE", "real heads: attention weights [H, S, S] or [S, S] (.npy, safetensors)"},
       {"tensors", "FILE", "real heads: a safetensors file holding q and k, or weights"},
       {"dir", "DIR", "real heads: DIR/layer<L>_q.npy, DIR/layer<L>_k.npy, DIR/tokens.txt"},
       {"layer", "L", "with --dir: the layer (required there)"},
       {"tokens", "FILE", "real heads: one token per line, S lines (axis labels)"},
-      {"linear", nullptr, "linear colour scale from 0 (default: log, four decades)"},
+      {"linear", nullptr, "real heads: linear colour scale from 0 (default: log, 4 decades)"},
       {"seq", "N", "synthetic heads: sequence length, Sq = Skv (default 128, up to 2048)"},
       {"out", "DIR", "directory for the files (default $TMPDIR/attngen-viz; created)"},
       {"heads", "H", "synthetic heads: heads (default 6, up to 16)"},
       {"pattern", "NAME",
-       "synthetic heads: the kernel to run: dense (default), local, strided, block-sparse, "
-       "global-local"},
+       "synthetic heads: the kernel: dense (default), local, strided, block-sparse,\n"
+       "                    global-local"},
   };
   for (OptionSpec o : pattern_option_specs()) {
     if (std::string(o.name) == "causal") {
@@ -765,8 +782,9 @@ int compute_weights(const FloatTensor& q, const FloatTensor& k, RealHeads& r) {
                  attngen_last_error());
     if (st == ATTNGEN_ERROR_NO_KERNEL) {
       std::fprintf(stderr,
-                   "Kernels with a weights output (WEIGHTS in generated/variants.cmake):\n");
-      list_weights_kernels(stderr);
+                   "The kernels with a weights output (WEIGHTS in generated/variants.cmake) "
+                   "take head dims: %s; this input has D = %lld.\n",
+                   weights_head_dims().c_str(), static_cast<long long>(dim));
       return kExitNoKernel;
     }
     return 1;
@@ -962,8 +980,12 @@ Image labelled_head_image(const float* w, const std::vector<uint8_t>& allowed, i
   const int x0 = kMargin + label_w + kGap, y0 = kMargin + 2 * line + label_w + kGap;
   Image img(x0 + side + kMargin, y0 + side + kGap + kColourBar + 2 + line + kMargin, kBackground);
   place = {x0, y0, side};
-  img.text(kMargin, kMargin, title, kText, scale, img.width() - 2 * kMargin);
-  img.text(kMargin, kMargin + line, subtitle, kDimText, scale, img.width() - 2 * kMargin);
+  const int room = img.width() - 2 * kMargin;  // a line too long at scale 2 is drawn at 1
+  const auto fitting = [&](const std::string& t) {
+    return text_width(t, scale) <= room ? scale : 1;
+  };
+  img.text(kMargin, kMargin, title, kText, fitting(title), room);
+  img.text(kMargin, kMargin + line, subtitle, kDimText, fitting(subtitle), room);
   float vmax = 0.0f;
   for (int64_t i = 0; i < seq * seq; ++i) vmax = std::max(vmax, w[i]);
   const ColourScale colour(vmax, linear);
