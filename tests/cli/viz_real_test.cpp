@@ -789,6 +789,8 @@ TEST_F(VizReal, MalformedInputs) {
       {{"--tensors", file("shape.safetensors", safetensors_bytes({{"q", "F32", {S, -H, D}, data},
                                                                   {"k", "F32", {S, H, D}, data}}))},
        "something other than a size"},
+      {{"--tensors", good}, "--tensors reads a safetensors file"},
+      {{"--q", good, "--k", good, "--tokens", in.string()}, "is a directory"},
       // weights
       {{"--weights", file("wsq.npy", npy_bytes({2, S, S / 2}, bytes_of(w)))}, "expected [H, S, S]"},
       {{"--weights", file("wsum.npy", npy_bytes({S, S}, bytes_of(wbad)))},

@@ -349,6 +349,15 @@ FloatTensor read_tensor(const std::string& path, const std::string& name) {
   return read_safetensors(f, path, name);
 }
 
+bool is_npy_file(const std::string& path) {
+  try {
+    File f(path);
+    return looks_like_npy(f);
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
 bool safetensors_has(const std::string& path, const std::string& name) {
   try {
     File f(path);
@@ -360,6 +369,8 @@ bool safetensors_has(const std::string& path, const std::string& name) {
 }
 
 std::vector<std::string> read_tokens(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<std::string> tokens;

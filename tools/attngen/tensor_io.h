@@ -28,6 +28,9 @@ constexpr int64_t kMaxTensorElements = int64_t(1) << 28;
 // exactly. Throws InputError.
 FloatTensor read_tensor(const std::string& path, const std::string& name);
 
+// Whether path is a .npy file (starts with the magic "\x93NUMPY"); false if it cannot be read.
+bool is_npy_file(const std::string& path);
+
 // Whether a safetensors file at path holds a tensor of that name (false for .npy files and
 // unreadable files; read_tensor then says what is wrong).
 bool safetensors_has(const std::string& path, const std::string& name);

@@ -749,9 +749,11 @@ void check_size(int64_t heads, int64_t seq) {
                 " are drawn");
   }
   if (seq > kMaxWeights / seq || heads * seq * seq > kMaxWeights) {
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.0f",
+                  double(heads) * double(seq) * double(seq) * 4 / (1 << 20));
     input_error("the weights of " + std::to_string(heads) + " heads over " + std::to_string(seq) +
-                " tokens would take " +
-                std::to_string((double(heads) * double(seq) * double(seq) * 4) / (1 << 20)) +
+                " tokens would take " + mib +
                 " MiB, more than the 256 MiB drawn at once (H * S^2 <= 2^26)");
   }
 }
@@ -892,6 +894,11 @@ int load_real(const ParsedArgs& a, RealHeads& r) {
     if (a.has("q") != a.has("k")) throw UsageError("attngen viz: --q and --k go together");
     if (a.has("tensors")) {
       const std::string f = a.text("tensors", "");
+      if (is_npy_file(f)) {
+        input_error(f +
+                    ": --tensors reads a safetensors file; give an .npy file to --q, --k "
+                    "or --weights");
+      }
       if (safetensors_has(f, "weights")) {
         w_path = f;
       } else {
