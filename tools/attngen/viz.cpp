@@ -841,7 +841,6 @@ void take_weights(FloatTensor w, bool causal_flag, RealHeads& r) {
 // Reads the inputs the options name. Returns the exit status of computing the weights.
 int load_real(const ParsedArgs& a, RealHeads& r) {
   std::string q_path, k_path, w_path, tokens_path = a.text("tokens", "");
-  std::string q_name = "q", k_name = "k";
   if (a.has("dir")) {
     if (a.has("q") || a.has("k") || a.has("weights") || a.has("tensors")) {
       throw UsageError(
@@ -920,7 +919,7 @@ int load_real(const ParsedArgs& a, RealHeads& r) {
   if (!w_path.empty()) {
     take_weights(read_tensor(w_path, "weights"), causal, r);
   } else {
-    FloatTensor q = read_tensor(q_path, q_name), k = read_tensor(k_path, k_name);
+    FloatTensor q = read_tensor(q_path, "q"), k = read_tensor(k_path, "k");
     as_shd(q, "q");
     as_shd(k, "k");
     if (q.dim(0) != k.dim(0)) {
