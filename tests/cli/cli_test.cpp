@@ -4,11 +4,7 @@
 // - `patterns` pair counts equal a brute-force count over every (i, j) done here, from the
 //   definitions of docs/semantics.md (not from the tool's code);
 // - bad arguments exit with status 2 and a message, never a crash.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <png.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,22 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_util.h"
+
 namespace fs = std::filesystem;
+using namespace attngen_cli_test;
 
 namespace {
-
-struct RunResult {
-  bool exited = false;  // false: killed by a signal (a crash)
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 class Cli : public ::testing::Test {
  protected:
@@ -54,52 +40,15 @@ class Cli : public ::testing::Test {
     }
   }
 
-  // Runs the tool with args; stdout and stderr go through files in the temporary directory.
-  RunResult run(const std::vector<std::string>& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::vector<char*> argv;
-    std::string tool = ATTNGEN_CLI_PATH;
-    argv.push_back(tool.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fo < 0 || fe < 0) _exit(126);
-      dup2(fo, 1);
-      dup2(fe, 2);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    RunResult r;
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid) return r;
-    r.exited = WIFEXITED(st);
-    r.status = r.exited ? WEXITSTATUS(st) : -WTERMSIG(st);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+  RunResult run(const std::vector<std::string>& args,
+                const std::map<std::string, std::string>& env = {}) {
+    return run_tool(dir_, args, env);
   }
 
   fs::path dir_;
 };
 
-std::string show(const std::vector<std::string>& args) {
-  std::string s = "attngen";
-  for (const std::string& a : args) s += " '" + a + "'";
-  return s;
-}
-
 // ---- The image layout of `attngen viz --help` / tools/attngen/README.md, restated.
-
-int panel_side(int64_t seq, int cap) {
-  if (seq <= cap) return int(seq * (cap / seq));
-  const int64_t f = (seq + cap - 1) / cap;
-  return int((seq + f - 1) / f);
-}
-int line_height(int side) { return side >= 240 ? 20 : 10; }  // 10 x the font scale
 
 struct Size {
   int width, height;
@@ -122,35 +71,6 @@ Size patterns_size(int64_t seq) {
 std::pair<int, int> patterns_panel(int64_t seq, int k) {
   const int p = panel_side(seq, 256);
   return {8 + k * (p + 8), 8 + line_height(p) + 4};
-}
-
-struct Png {
-  int width = 0, height = 0;
-  std::vector<uint8_t> rgb;
-  const uint8_t* at(int x, int y) const { return &rgb[(size_t(y) * width + x) * 3]; }
-  int luma(int x, int y) const {
-    const uint8_t* p = at(x, y);
-    return (p[0] * 3 + p[1] * 6 + p[2]) / 10;
-  }
-};
-
-::testing::AssertionResult read_png(const fs::path& path, Png& png) {
-  png_image img;
-  std::memset(&img, 0, sizeof img);
-  img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&img, path.c_str())) {
-    return ::testing::AssertionFailure() << path << ": " << img.message;
-  }
-  img.format = PNG_FORMAT_RGB;
-  png.width = int(img.width);
-  png.height = int(img.height);
-  png.rgb.resize(PNG_IMAGE_SIZE(img));
-  if (!png_image_finish_read(&img, nullptr, png.rgb.data(), 0, nullptr)) {
-    const std::string msg = img.message;
-    png_image_free(&img);
-    return ::testing::AssertionFailure() << path << ": " << msg;
-  }
-  return ::testing::AssertionSuccess();
 }
 
 void expect_png(const fs::path& path, Size want, Png* out = nullptr) {
@@ -254,10 +174,10 @@ TEST_F(Cli, BadArguments) {
       {"patterns", "--seq", "10", "--heads", "0"},
       {"patterns", "--seq", "1048576", "--block", "1"},         // a 2^40-block layout
       {"patterns", "--seq", "1048576", "--window", "1048576"},  // 2^40 pairs to test
-      {"viz"},
-      {"viz", "--seq", "16"},
-      {"viz", "--out", out},
       {"viz", "--seq", "16", "--out", ""},
+      {"viz", "--seq", "16", "--out", out, "--linear"},
+      {"viz", "--seq", "16", "--out", out, "--layer", "3"},
+      {"viz", "--seq", "16", "--out", out, "--tokens", out},
       {"viz", "--seq", "4096", "--out", out},
       {"viz", "--seq", "16", "--out", out, "--heads", "0"},
       {"viz", "--seq", "16", "--out", out, "--heads", "17"},
@@ -464,4 +384,28 @@ TEST_F(Cli, VizGenericKernel) {
     EXPECT_NE(r.out.find("_generic_"), std::string::npos) << r.out;
     EXPECT_TRUE(fs::exists(fs::path(out) / "heads_grid.png")) << show(call);
   }
+}
+
+// With no arguments at all, viz runs the synthetic demo into $TMPDIR/attngen-viz and says how to
+// view real heads; --seq and --out have defaults too.
+TEST_F(Cli, VizNoArguments) {
+  const fs::path tmp = dir_ / "tmp";
+  fs::create_directories(tmp);
+  const RunResult r = run({"viz"}, {{"TMPDIR", tmp.string()}});
+  ASSERT_TRUE(r.exited && r.status == 0) << r.status << "\n" << r.err;
+  const fs::path out = tmp / "attngen-viz";
+  for (int h = 0; h < 6; ++h) {
+    expect_png(out / ("head_" + std::to_string(h) + ".png"), head_size(128, 512));
+  }
+  expect_png(out / "heads_grid.png", grid_size(128, 6));
+  expect_png(out / "patterns.png", patterns_size(128));
+  EXPECT_NE(r.out.find((out / "heads_grid.png").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No inputs given"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--q layer0_q.npy --k layer0_k.npy"), std::string::npos) << r.out;
+  // --out alone: the default length, 128.
+  const fs::path only_out = dir_ / "only_out";
+  const RunResult r2 = run({"viz", "--out", only_out.string(), "--heads", "1"});
+  ASSERT_TRUE(r2.exited && r2.status == 0) << r2.err;
+  expect_png(only_out / "head_0.png", head_size(128, 512));
+  EXPECT_EQ(r2.out.find("No inputs given"), std::string::npos) << r2.out;
 }

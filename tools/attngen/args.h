@@ -15,6 +15,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A problem with an input file's contents (format, dtype, shape, values): exit status 2 as for
+// bad arguments, with a message naming the file, but no pointer to --help.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct OptionSpec {
   const char* name;   // without the leading "--"
   const char* value;  // the value's placeholder in the help ("N"), nullptr for a flag

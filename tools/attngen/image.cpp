@@ -22,7 +22,9 @@ constexpr Glyph kGlyphs[] = {
     {'!', {0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04, 0x00}},
     {'"', {0x0A, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}},
     {'#', {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A, 0x00}},
+    {'$', {0x04, 0x0F, 0x14, 0x0E, 0x05, 0x1E, 0x04, 0x00}},
     {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03, 0x00}},
+    {'&', {0x0C, 0x12, 0x14, 0x08, 0x15, 0x12, 0x0D, 0x00}},
     {'\'', {0x04, 0x04, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00}},
     {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02, 0x00}},
     {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08, 0x00}},
@@ -76,9 +78,11 @@ constexpr Glyph kGlyphs[] = {
     {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04, 0x00}},
     {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F, 0x00}},
     {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E, 0x00}},
+    {'\\', {0x00, 0x10, 0x08, 0x04, 0x02, 0x01, 0x00, 0x00}},
     {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E, 0x00}},
     {'^', {0x04, 0x0A, 0x11, 0x00, 0x00, 0x00, 0x00, 0x00}},
     {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F, 0x00}},
+    {'`', {0x08, 0x04, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00}},
     {'a', {0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F, 0x00}},
     {'b', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E, 0x00}},
     {'c', {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E, 0x00}},
@@ -105,7 +109,9 @@ constexpr Glyph kGlyphs[] = {
     {'x', {0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x00}},
     {'y', {0x00, 0x00, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
     {'z', {0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F, 0x00}},
+    {'{', {0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02, 0x00}},
     {'|', {0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x00}},
+    {'}', {0x08, 0x04, 0x04, 0x02, 0x04, 0x04, 0x08, 0x00}},
     {'~', {0x00, 0x00, 0x08, 0x15, 0x02, 0x00, 0x00, 0x00}},
 };
 
@@ -191,22 +197,59 @@ void Image::blit(const Image& src, int x, int y) {
   }
 }
 
-int Image::text(int x, int y, const std::string& s, Rgb c, int scale, int max_width) {
-  std::string shown = s;
-  if (max_width > 0 && text_width(shown, scale) > max_width) {
-    const int fit = std::max(1, (max_width / scale + 1) / kGlyphAdvance);
-    shown = s.substr(0, size_t(fit - 1)) + ".";
+std::string fit_text(const std::string& s, int scale, int max_width) {
+  if (max_width <= 0 || text_width(s, scale) <= max_width) return s;
+  const int fit = std::max(1, (max_width / scale + 1) / kGlyphAdvance);
+  return s.substr(0, size_t(fit - 1)) + ".";
+}
+
+std::string ascii_label(const std::string& s) {
+  std::string out;
+  for (size_t k = 0; k < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
+    if (c < 0x80) {
+      out += c >= 0x20 && c < 0x7f ? char(c) : '?';
+      ++k;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte (a stray byte counts as one).
+    size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    n = std::min(n, s.size() - k);
+    const std::string seq = s.substr(k, n);
+    // The word-start markers of SentencePiece (U+2581) and byte-level BPE (U+0120) as '_'.
+    out += seq == "\xE2\x96\x81" || seq == "\xC4\xA0" ? '_' : '?';
+    k += n;
   }
+  return out;
+}
+
+void Image::draw_glyphs(int x, int y, const std::string& shown, Rgb c, int scale, bool up) {
   for (size_t k = 0; k < shown.size(); ++k) {
     const Glyph& g = glyph(shown[k]);
-    const int gx = x + int(k) * kGlyphAdvance * scale;
     for (int row = 0; row < kGlyphHeight; ++row) {
       for (int col = 0; col < kGlyphWidth; ++col) {
-        if (g.rows[row] & (0x10 >> col))
-          fill_rect(gx + col * scale, y + row * scale, scale, scale, c);
+        if (!(g.rows[row] & (0x10 >> col))) continue;
+        const int along = (int(k) * kGlyphAdvance + col) * scale, across = row * scale;
+        if (up) {
+          // Rotated a quarter turn counter-clockwise: along the text is up, glyph tops left.
+          fill_rect(x + across, y - along - scale, scale, scale, c);
+        } else {
+          fill_rect(x + along, y + across, scale, scale, c);
+        }
       }
     }
   }
+}
+
+int Image::text(int x, int y, const std::string& s, Rgb c, int scale, int max_width) {
+  const std::string shown = fit_text(s, scale, max_width);
+  draw_glyphs(x, y, shown, c, scale, /*up=*/false);
+  return text_width(shown, scale);
+}
+
+int Image::text_up(int x, int y, const std::string& s, Rgb c, int scale, int max_height) {
+  const std::string shown = fit_text(s, scale, max_height);
+  draw_glyphs(x, y, shown, c, scale, /*up=*/true);
   return text_width(shown, scale);
 }
 

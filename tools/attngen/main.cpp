@@ -23,7 +23,8 @@ const char kUsage[] =
     "             of the heads and the pattern masks as PNG files\n"
     "  help       this text, or `attngen help <command>`\n\n"
     "`attngen <command> --help` describes a command's options.\n"
-    "Exit status: 0 done, 1 a failure at run time, 2 bad arguments (3: viz, no such kernel).\n";
+    "Exit status: 0 done, 1 a failure at run time, 2 bad arguments or input files (3: viz, no\n"
+    "such kernel).\n";
 
 }  // namespace
 
@@ -71,6 +72,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\nSee `attngen %s--help`.\n", e.what(),
                  command == "patterns" || command == "viz" ? (command + " ").c_str() : "");
+    return kExitUsage;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return kExitUsage;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "attngen %s: out of memory\n", command.c_str());
