@@ -281,10 +281,24 @@ std::vector<float> SentenceEncoder::embed(const std::vector<Encoding>& encodings
   const int64_t E = model_.config().hidden;
   std::vector<float> out(encodings.size() * size_t(E));
   batch_size = std::max<size_t>(1, batch_size);
-  for (size_t first = 0; first < encodings.size(); first += batch_size) {
-    const size_t n = std::min(batch_size, encodings.size() - first);
+  // Batches of sentences of similar lengths, so that little is padded: sorted longest first
+  // (as sentence-transformers does), a batch takes at most batch_size of them and none shorter
+  // than half its longest (at most half of a batch's rows are padding). The results go back
+  // in the input order.
+  std::vector<size_t> order(encodings.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return encodings[a].ids.size() > encodings[b].ids.size();
+  });
+  size_t n = 0;
+  for (size_t first = 0; first < encodings.size(); first += n) {
+    const size_t longest = encodings[order[first]].ids.size();
+    n = 1;
+    while (n < batch_size && first + n < encodings.size() &&
+           2 * encodings[order[first + n]].ids.size() >= longest)
+      ++n;
     std::vector<std::vector<int32_t>> ids;
-    for (size_t i = 0; i < n; ++i) ids.push_back(encodings[first + i].ids);
+    for (size_t i = 0; i < n; ++i) ids.push_back(encodings[order[first + i]].ids);
     int64_t S = 0;
     const std::vector<float> h = model_.forward(ids, &S, observer);
     for (size_t i = 0; i < n; ++i) {
@@ -303,7 +317,7 @@ std::vector<float> SentenceEncoder::embed(const std::vector<Encoding>& encodings
         const double norm = std::max(std::sqrt(n2), 1e-12);
         for (double& a : acc) a /= norm;
       }
-      for (int64_t k = 0; k < E; ++k) out[(first + i) * size_t(E) + size_t(k)] = float(acc[k]);
+      for (int64_t k = 0; k < E; ++k) out[order[first + i] * size_t(E) + size_t(k)] = float(acc[k]);
     }
   }
   return out;

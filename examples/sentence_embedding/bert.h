@@ -79,7 +79,7 @@ class SentenceEncoder {
   Encoding tokenize(const std::string& text) const { return tokenizer_.encode(text, max_length_); }
 
   // Embeddings [n, E], one row per encoding, pooled (and L2-normalised if the model's modules
-  // say so), computed in batches of at most batch_size sequences.
+  // say so), computed in batches of at most batch_size sequences of similar lengths.
   std::vector<float> embed(const std::vector<Encoding>& encodings, size_t batch_size = 32,
                            const QkvObserver* observer = nullptr) const;
 
