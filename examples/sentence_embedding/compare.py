@@ -139,7 +139,7 @@ def main():
                                               np.linalg.norm(also, axis=1))
         cos3 = np.sum(also * ref, axis=1) / (np.linalg.norm(also, axis=1) *
                                               np.linalg.norm(ref, axis=1))
-        header += f" {'cos(attngen, also)':>19} {'cos(also, torch)':>17}"
+        header += f" {'1 - cos(attngen, also)':>22} {'1 - cos(also, torch)':>20}"
     print(header + "  sentence")
     for i, s in enumerate(SENTENCES):
         same = cpp_tokens[i] == ref_tokens[i]
@@ -147,7 +147,7 @@ def main():
                 f" {1 - cos[i]:>8.1e}")
         bad = not same or cos[i] < args.min_cosine
         if also is not None:
-            line += f" {cos2[i]:>19.9f} {cos3[i]:>17.9f}"
+            line += f" {1 - cos2[i]:>22.1e} {1 - cos3[i]:>20.1e}"
             bad = bad or cos2[i] < args.min_cosine or cos3[i] < args.min_cosine
         ok = ok and not bad
         print(line + "  " + (s if len(s) <= 50 else s[:47] + "..."))
@@ -155,6 +155,10 @@ def main():
             print("     attngen:", cpp_tokens[i])
             print("     torch:  ", ref_tokens[i])
     print(f"min cosine {cos.min():.9f}, max |attngen - torch| {np.abs(got - ref).max():.3e}")
+    if also is not None:
+        print(f"also: min cosine with attngen {cos2.min():.9f} and with torch {cos3.min():.9f}, "
+              f"max |attngen - also| {np.abs(got - also).max():.3e}, "
+              f"max |also - torch| {np.abs(also - ref).max():.3e}")
     print()
     print_matrix("cosine similarity, attngen:", cosine_matrix(got, got))
     print()
