@@ -29,7 +29,9 @@
 #include "tests/tensor.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+// sanitizer/allocator_interface.h's (not every toolchain installs the header).
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, size_t),
+                                                         void (*)(const volatile void*));
 #else
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -41,7 +43,9 @@ namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocations{0};
 
-const bool g_trap_env = std::getenv("WS_TRAP") != nullptr;  // DEBUG
+// ATTNGEN_WORKSPACE_TRAP=1: trap at the first allocation counted where none is expected (run
+// under gdb for the stack that allocated).
+const bool g_trap_env = std::getenv("ATTNGEN_WORKSPACE_TRAP") != nullptr;
 bool g_trap = false;
 inline void note_allocation() {
   if (g_counting.load(std::memory_order_relaxed)) {

@@ -577,10 +577,12 @@ bool check_bytes(Check& c, const size_t* bytes) {
   return bytes != nullptr || c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
 }
 
-// Ends a size query: *bytes is the workspace the call needs.
-attngen_status finish_size(const Check& c, const CallScratch& scratch, size_t* bytes) {
+// Ends a size query: *bytes is the workspace the call needs, attngen_last_kernel() the kernel
+// it measured.
+attngen_status finish_size(const Check& c, const CallScratch& scratch, size_t* bytes,
+                           const attngen_kernel_info* kernel) {
   if (c.ok()) *bytes = scratch.bytes();
-  return finish(c, nullptr);
+  return finish(c, kernel);
 }
 
 // attngen_attention() and its size query (mode kSize: nothing written, *bytes the workspace).
@@ -615,7 +617,7 @@ attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_t
       run_kernel(c, kernel, args) == ATTNGEN_OK) {
     staging.commit();
   }
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
 }
 
@@ -664,7 +666,7 @@ attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tens
     return finish(c, nullptr);
   }
   if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
 }
 
@@ -735,7 +737,7 @@ attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_wei
   args.num_heads = static_cast<int32_t>(options->num_heads);
   args.out = &hy.buf;
   if (run_kernel(c, kernel, args) == ATTNGEN_OK) staging.commit();
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
 }
 

@@ -210,10 +210,7 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
   if (run_decode(c, kernel, *cache, layer, q32, out32, opt.scale, counts, kv_len, opt.kv_splits)) {
     staging.commit();
   }
-  if (mode == CallMode::kSize) {
-    if (c.ok()) *bytes = scratch.bytes();
-    return finish(c, nullptr);
-  }
+  if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, kernel);
 }
 
@@ -346,10 +343,7 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
              options->kv_splits);
   if (!c.ok()) return finish(c, nullptr);
   run_kernel(c, linear, out_proj.args);
-  if (mode == CallMode::kSize) {
-    if (c.ok()) *bytes = scratch.bytes();
-    return finish(c, nullptr);
-  }
+  if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, decode);
 }
 

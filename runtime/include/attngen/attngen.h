@@ -327,7 +327,10 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
  *
  * A call in a workspace that is too small for it, or of a configuration no size query of this
  * process measured, returns ATTNGEN_ERROR_WORKSPACE before writing anything (the message says
- * how many bytes it needs) and never falls back to the heap. */
+ * how many bytes it needs) and never falls back to the heap. Outputs are bitwise those of the
+ * call without a workspace; a parallel loop that a kernel starts inside a task holding scratch
+ * (attention's query tiles of one head) runs on that task's thread, so that the scratch stays
+ * one stack per thread: such calls use at most batch x heads threads. */
 
 /* Binds `bytes` of memory at `memory` (any alignment; kept by the caller, not touched between
  * calls) as the workspace of the calling thread's calls, until unbound by
@@ -336,7 +339,8 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
 attngen_status attngen_set_workspace(void* memory, size_t bytes);
 
 /* Workspace bytes the call with these arguments needs, in *bytes (and the measurement kept for
- * its configuration). */
+ * its configuration); attngen_last_kernel() then names the kernel measured. Nothing is written:
+ * the outputs only need to be valid descriptions (their data is not touched). */
 attngen_status attngen_attention_workspace_size(const attngen_tensor* q, const attngen_tensor* k,
                                                 const attngen_tensor* v, const attngen_tensor* out,
                                                 const attngen_attention_options* options,
