@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -28,14 +29,16 @@
 #include "tests/reference.h"
 #include "tests/tensor.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #if defined(__SANITIZE_ADDRESS__)
 // sanitizer/allocator_interface.h's (not every toolchain installs the header).
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, size_t),
                                                          void (*)(const volatile void*));
+extern "C" void __sanitizer_print_stack_trace();
 #else
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace {
@@ -45,17 +48,33 @@ std::atomic<int64_t> g_allocations{0};
 
 // ATTNGEN_WORKSPACE_TRAP=1: trap at the first allocation counted where none is expected (run
 // under gdb for the stack that allocated).
+// ATTNGEN_WORKSPACE_STACKS=1 (AddressSanitizer build): print the stack of that allocation instead.
 const bool g_trap_env = std::getenv("ATTNGEN_WORKSPACE_TRAP") != nullptr;
-bool g_trap = false;
-inline void note_allocation() {
+const bool g_stacks_env = std::getenv("ATTNGEN_WORKSPACE_STACKS") != nullptr;
+std::atomic<bool> g_expect_none{false};
+// The first counted allocations: their sizes and threads, printed with a failure.
+struct Seen {
+  std::atomic<size_t> bytes;
+  std::atomic<long> thread;
+};
+Seen g_seen[8];
+
+inline void note_allocation(size_t bytes) {
   if (g_counting.load(std::memory_order_relaxed)) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (g_trap) __builtin_trap();
+    const int64_t n = g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (n < 8) {
+      g_seen[n].bytes.store(bytes);
+      g_seen[n].thread.store(static_cast<long>(syscall(SYS_gettid)));
+    }
+    if (g_expect_none.load() && g_trap_env) __builtin_trap();
+#if defined(__SANITIZE_ADDRESS__)
+    if (g_expect_none.load() && g_stacks_env && n == 0) __sanitizer_print_stack_trace();
+#endif
   }
 }
 
 #if defined(__SANITIZE_ADDRESS__)
-void on_malloc(const volatile void*, size_t) { note_allocation(); }
+void on_malloc(const volatile void*, size_t n) { note_allocation(n); }
 void on_free(const volatile void*) {}
 const int g_hooks_installed = __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
 #endif
@@ -71,43 +90,43 @@ void* __libc_realloc(void*, size_t);
 void* __libc_memalign(size_t, size_t);
 
 void* malloc(size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_malloc(n);
 }
 void free(void* p) { __libc_free(p); }
 void* calloc(size_t n, size_t size) {
-  note_allocation();
+  note_allocation(n * size);
   return __libc_calloc(n, size);
 }
 void* realloc(void* p, size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_realloc(p, n);
 }
 void* memalign(size_t alignment, size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_memalign(alignment, n);
 }
 void* aligned_alloc(size_t alignment, size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_memalign(alignment, n);
 }
 int posix_memalign(void** out, size_t alignment, size_t n) {
-  note_allocation();
+  note_allocation(n);
   void* p = __libc_memalign(alignment, n);
   if (p == nullptr) return ENOMEM;
   *out = p;
   return 0;
 }
 void* valloc(size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_memalign(4096, n);
 }
 void* pvalloc(size_t n) {
-  note_allocation();
+  note_allocation(n);
   return __libc_memalign(4096, (n + 4095) & ~size_t{4095});
 }
 void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  note_allocation();
+  note_allocation(length);
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
 }
 }  // extern "C"
@@ -119,13 +138,23 @@ namespace {
 // Heap allocations made by f(), on every thread.
 template <typename F>
 int64_t allocations_in(F&& f, bool expect_none = true) {
-  g_trap = g_trap_env && expect_none;
+  g_expect_none.store(expect_none);
   g_allocations.store(0);
   g_counting.store(true);
   f();
   g_counting.store(false);
-  g_trap = false;
+  g_expect_none.store(false);
   return g_allocations.load();
+}
+
+// The first allocations counted, for a failure's message.
+std::string seen(int64_t n) {
+  std::string s = " (caller thread " + std::to_string(syscall(SYS_gettid)) + ";";
+  for (int64_t i = 0; i < std::min<int64_t>(n, 8); ++i) {
+    s += " " + std::to_string(g_seen[i].bytes.load()) + " bytes on thread " +
+         std::to_string(g_seen[i].thread.load()) + ";";
+  }
+  return s + ")";
 }
 
 // `bytes` of memory starting `misalign` bytes past a 64-byte boundary.
@@ -145,8 +174,24 @@ struct Bound {
   ~Bound() { attngen_set_workspace(nullptr, 0); }
 };
 
+// Sets the thread count for the scope, and warms the pool up: a count the pool has not run at
+// spawns its threads at the next call, and a thread's own start (under AddressSanitizer) allocates
+// on that thread, maybe after the call that spawned it has returned. The pool is started here and
+// given time to settle, so that the counts below see only the calls.
+void warm_pool() {
+  std::vector<float> q(2 * 64 * 4 * 64, 0.5f), o(q.size());
+  const int64_t shape[4] = {2, 64, 4, 64};
+  const attngen_tensor t = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor out = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
+  EXPECT_EQ(attngen_attention(&t, &t, &t, &out, nullptr), ATTNGEN_OK);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 struct Threads {
-  explicit Threads(int n) { EXPECT_EQ(attngen_set_num_threads(n), ATTNGEN_OK); }
+  explicit Threads(int n) {
+    EXPECT_EQ(attngen_set_num_threads(n), ATTNGEN_OK);
+    warm_pool();
+  }
   ~Threads() { attngen_set_num_threads(0); }
 };
 
@@ -185,7 +230,7 @@ void expect_workspace_runs(size_t bytes, Call call, Poison poison, const AnyTens
     }
     if (c.fits) {
       ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
-      EXPECT_EQ(n, 0) << "heap allocations inside the call";
+      EXPECT_EQ(n, 0) << "heap allocations inside the call" << seen(n);
       EXPECT_EQ(bytes_of(out), plain) << "output differs from the call without a workspace";
     } else {
       EXPECT_EQ(st, ATTNGEN_ERROR_WORKSPACE) << attngen_status_name(st);
@@ -541,7 +586,7 @@ TEST(Workspace, Decode) {
       ref.causal = true;
       expect_close_f32(out.dense(), reference_attention(view_of(q.t), kv, vv, ref), max_abs(vv));
     }
-    EXPECT_EQ(allocations, 0) << "heap allocations in the appends and decodes";
+    EXPECT_EQ(allocations, 0) << "heap allocations in the appends and decodes" << seen(allocations);
     // Too small: refused, nothing written.
     {
       Storage q({batch, 1, heads_q, d}, 0), out({batch, 1, heads_q, d}, 0);
@@ -618,7 +663,7 @@ TEST(Workspace, MhaDecode) {
                         layer.out_w.dense(), layer.out_b.dense(), true, {});
       expect_close_f32(y.dense(), std::vector<double>(full.end() - t * embed, full.end()), 1.0);
     }
-    EXPECT_EQ(allocations, 0) << "heap allocations in the MHA decode steps";
+    EXPECT_EQ(allocations, 0) << "heap allocations in the MHA decode steps" << seen(allocations);
     // Too small: refused before the append.
     Storage x({batch, 1, embed}, 0), y({batch, 1, embed}, 0);
     x.fill_random(rng, -1, 1);
@@ -697,7 +742,7 @@ TEST(Workspace, TwoThreadsEachWithItsOwn) {
   });
   go.store(false);
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(n, 0) << "heap allocations during the concurrent calls";
+  EXPECT_EQ(n, 0) << "heap allocations during the concurrent calls" << seen(n);
   for (int j = 0; j < 2; ++j) {
     EXPECT_EQ(jobs[j].status, ATTNGEN_OK) << j;
     EXPECT_EQ(bytes_of(jobs[j].out), jobs[j].plain) << j;
