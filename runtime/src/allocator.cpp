@@ -332,6 +332,10 @@ ActiveContext::~ActiveContext() {
 int run_with_memory(const attngen_kernel_info& kernel, const attngen_kernel_args& args,
                     CallContext& ctx) {
   const ActiveContext active(&ctx);
+  if (!active.registered()) {
+    ctx.halide_error = "more than 1024 kernel runs in workspaces or size queries at once";
+    return -1;
+  }
   const KernelMemory* previous = t_running;
   t_running = ctx.memory;
   int result;

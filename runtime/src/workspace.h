@@ -116,6 +116,8 @@ class ActiveContext {
   ~ActiveContext();
   ActiveContext(const ActiveContext&) = delete;
   ActiveContext& operator=(const ActiveContext&) = delete;
+  // False with 1024 runs active at once: the run must not start (its blocks would not be found).
+  bool registered() const { return index_ >= 0; }
 
  private:
   int index_;
