@@ -751,3 +751,48 @@ TEST(Workspace, TwoThreadsEachWithItsOwn) {
 
 }  // namespace
 }  // namespace attngen::test
+
+namespace attngen::test {
+namespace {
+
+// Not run by default (--gtest_also_run_disabled_tests): the time of a call with and without a
+// workspace, medians of 15, for the docs' note on the query tiles of a head running on one thread.
+TEST(Workspace, DISABLED_Timing) {
+  const Threads set(2);
+  std::mt19937_64 rng(fresh_seed());
+  for (const int64_t heads : {1, 2, 8}) {
+    const int64_t seq = 1024;
+    AnyTensor q(ATTNGEN_F32, {1, seq, heads, 64}, 0), k(ATTNGEN_F32, {1, seq, heads, 64}, 0);
+    AnyTensor v(ATTNGEN_F32, {1, seq, heads, 64}, 0), out(ATTNGEN_F32, {1, seq, heads, 64}, 0);
+    q.fill_random(rng, -1, 1);
+    k.fill_random(rng, -1, 1);
+    v.fill_random(rng, -1, 1);
+    attngen_attention_options opt = attngen_attention_options_default();
+    opt.mask = ATTNGEN_MASK_CAUSAL;
+    size_t bytes = 0;
+    ASSERT_EQ(attngen_attention_workspace_size(&q.t(), &k.t(), &v.t(), &out.t(), &opt, &bytes),
+              ATTNGEN_OK);
+    Memory m(bytes, 0);
+    const auto median_ms = [&](bool workspace) {
+      std::vector<double> ms;
+      for (int r = 0; r < 15; ++r) {
+        if (workspace) attngen_set_workspace(m.p, bytes);
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(attngen_attention(&q.t(), &k.t(), &v.t(), &out.t(), &opt), ATTNGEN_OK);
+        const auto t1 = std::chrono::steady_clock::now();
+        attngen_set_workspace(nullptr, 0);
+        ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2];
+    };
+    const double plain = median_ms(false), in_ws = median_ms(true);
+    std::printf(
+        "[ workspace ] causal B1 S%lld H%lld D64, 2 threads: %.2f ms without, %.2f ms with "
+        "a workspace (%zu bytes)\n",
+        static_cast<long long>(seq), static_cast<long long>(heads), plain, in_ws, bytes);
+  }
+}
+
+}  // namespace
+}  // namespace attngen::test
