@@ -3,7 +3,7 @@
 // the ISA that `host` means on the build machine. Plain C++, no Halide.
 #pragma once
 
-#include <string>
+#include <string_view>
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
@@ -16,8 +16,9 @@
 namespace attngen {
 
 // One CPU feature, as TargetRow::requires_features spells it; false for names this build
-// cannot check (GCC's __builtin_cpu_supports takes literals only, hence the list).
-inline bool cpu_feature(const std::string& f) {
+// cannot check (GCC's __builtin_cpu_supports takes literals only, hence the list). Views, not
+// strings: dispatch asks on every call, which must not allocate (a call in a workspace).
+inline bool cpu_feature(std::string_view f) {
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   if (f == "sse4.1") return __builtin_cpu_supports("sse4.1");
@@ -50,12 +51,12 @@ inline bool cpu_feature(const std::string& f) {
 // Every feature the row requires, "cuda" answered by `cuda_device` (a probe the caller owns).
 template <typename CudaProbe>
 bool machine_runs(const TargetRow& t, CudaProbe cuda_device) {
-  const std::string all = t.requires_features;
+  const std::string_view all = t.requires_features;
   size_t at = 0;
   while (at < all.size()) {
     size_t end = all.find(' ', at);
-    if (end == std::string::npos) end = all.size();
-    const std::string f = all.substr(at, end - at);
+    if (end == std::string_view::npos) end = all.size();
+    const std::string_view f = all.substr(at, end - at);
     if (!f.empty() && !(f == "cuda" ? cuda_device() : cpu_feature(f))) return false;
     at = end + 1;
   }

@@ -8,18 +8,16 @@
 #include <vector>
 
 #include "runtime/src/internal.h"
+#include "runtime/src/workspace.h"
 
 namespace attngen::rt {
 
 namespace {
 
 ATTNGEN_THREAD_LOCAL std::string t_last_error;
-ATTNGEN_THREAD_LOCAL std::string t_last_kernel;
-
-// Per-call sink for Halide's error messages, passed to kernels as their user_context.
-struct CallContext {
-  std::string halide_error;
-};
+// The name of the last kernel run (descriptors outlive their use): a call records it without
+// allocating.
+ATTNGEN_THREAD_LOCAL const char* t_last_kernel = "";
 
 void capture_error(void* user_context, const char* message) {
   if (user_context != nullptr && message != nullptr) {
@@ -50,10 +48,13 @@ const char* const kLinearWDims[] = {"N", "E"};
 const char* const kLinearOutDims[] = {"B", "S", "N"};
 const char* const kBiasDims[] = {"N"};
 
-// kv_len: given (I32 [B], values in [0, Skv]) or all Skv.
-bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64_t seq_kv,
-                    std::vector<int32_t>& values) {
-  values.assign(static_cast<size_t>(batch), static_cast<int32_t>(seq_kv));
+// kv_len: given (I32 [B], values in [0, Skv]) or all Skv, in *values (from the call's scratch). A
+// size query checks the values given and then measures with all Skv, the most any tile visits.
+bool prepare_kv_len(Check& c, CallScratch& scratch, const attngen_tensor* kv_len, int64_t batch,
+                    int64_t seq_kv, int32_t** out) {
+  int32_t* values = *out = scratch.array<int32_t>(c, static_cast<size_t>(batch), "kv_len");
+  if (values == nullptr) return false;
+  std::fill(values, values + batch, static_cast<int32_t>(seq_kv));
   if (kv_len == nullptr) return true;
   const TensorSpec spec{"kv_len", ATTNGEN_I32, 1, kKvLenDims};
   if (!check_tensor(c, kv_len, spec)) return false;
@@ -67,7 +68,7 @@ bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64
                     "kv_len[" + std::to_string(b) + "] is " + std::to_string(n) +
                         ", expected 0 <= kv_len <= Skv = " + std::to_string(seq_kv));
     }
-    values[static_cast<size_t>(b)] = n;
+    if (!scratch.sizing()) values[b] = n;
   }
   return true;
 }
@@ -75,11 +76,11 @@ bool prepare_kv_len(Check& c, const attngen_tensor* kv_len, int64_t batch, int64
 // Bottom-right alignment places query i at kv_len - Sq + i; where kv_len == Sq in every batch
 // that is top-left alignment, which the kernels run faster (no per-batch offset in their key
 // ranges; generator/attention_algorithm.cpp).
-bool needs_bottom_right(attngen_alignment alignment, int64_t seq_q,
-                        const std::vector<int32_t>& kv_len) {
+bool needs_bottom_right(attngen_alignment alignment, int64_t seq_q, const int32_t* kv_len,
+                        int64_t batch) {
   if (alignment != ATTNGEN_ALIGN_BOTTOM_RIGHT) return false;
-  for (const int32_t n : kv_len) {
-    if (n != seq_q) return true;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (kv_len[b] != seq_q) return true;
   }
   return false;
 }
@@ -201,12 +202,79 @@ bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t 
 
 }  // namespace
 
+bool may_fit_natively(const KernelQuery& q) {
+  const size_t n = attngen_kernel_count();
+  for (size_t i = 0; i < n; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op != q.op || k->dtypes.q != q.dtypes.q) continue;
+    if (q.op == ATTNGEN_OP_DECODE) {
+      if (k->dtypes.out != q.dtypes.out || k->dtypes.cache != q.dtypes.cache) continue;
+      return true;
+    }
+    if (q.op == ATTNGEN_OP_ATTENTION &&
+        (enum_value(k->pattern.kind) != enum_value(q.pattern.kind) || (q.weights && !k->weights) ||
+         (q.lse && !k->lse))) {
+      continue;
+    }
+    if (q.op != ATTNGEN_OP_LINEAR &&
+        (k->generic ? q.head_dim_qk > k->head_dim_qk || q.head_dim_v > k->head_dim_v
+                    : q.head_dim_qk != k->head_dim_qk || q.head_dim_v != k->head_dim_v)) {
+      continue;
+    }
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+// The need measured for the kernel's configuration (a size query's), or ATTNGEN_ERROR_WORKSPACE.
+bool workspace_need(Check& c, const attngen_kernel_info& kernel, const attngen_kernel_args& args,
+                    KernelNeed* need) {
+  if (find_need(kernel_key(kernel, args), need)) return true;
+  return c.fail(ATTNGEN_ERROR_WORKSPACE,
+                "a workspace is bound, but no workspace size query of this process measured "
+                "kernel '" +
+                    std::string(kernel.name) +
+                    "' for this call's configuration (shapes, strides, options): ask the call's "
+                    "attngen_*_workspace_size() with its arguments first");
+}
+
+}  // namespace
+
+bool precheck_kernel(Check& c, const attngen_kernel_info* kernel, const attngen_kernel_args& args) {
+  CallScratch* scratch = CallScratch::current();
+  if (scratch == nullptr || !scratch->in_workspace()) return true;
+  KernelNeed need;
+  return workspace_need(c, *kernel, args, &need) &&
+         scratch->check_kernel(c, *kernel, need, thread_count());
+}
+
 attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
                           const attngen_kernel_args& args) {
   install_halide_hooks();
+  CallScratch* scratch = CallScratch::current();
+  if (scratch != nullptr && scratch->sizing()) {
+    KernelNeed need;
+    if (measure_kernel(c, *kernel, args, &need)) {
+      scratch->add_kernel(record_need(kernel_key(*kernel, args), need), thread_count());
+    }
+    return c.status();
+  }
   CallContext ctx;
+  KernelMemory memory{KernelMemory::kWorkspace};
   int result;
-  {
+  if (scratch != nullptr && scratch->in_workspace()) {
+    KernelNeed need;
+    const int threads = thread_count();
+    if (!workspace_need(c, *kernel, args, &need) ||
+        !scratch->check_kernel(c, *kernel, need, threads)) {
+      return c.status();
+    }
+    scratch->area_for(need, threads, memory);
+    ctx.memory = &memory;
+    result = run_with_memory(*kernel, args, ctx);
+  } else {
     const KernelRunScope running;  // Halide's thread pool stays as it is meanwhile
     result = kernel->run(&ctx, &args);
   }
@@ -214,6 +282,11 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
     std::string msg = "kernel '" + std::string(kernel->name) + "' failed (Halide error " +
                       std::to_string(result) + ")";
     if (!ctx.halide_error.empty()) msg += ": " + ctx.halide_error;
+    if (ctx.memory != nullptr && memory.overflow.load()) {
+      msg +=
+          " (its scratch outgrew the workspace area measured for it; nothing came from the "
+          "heap)";
+    }
     while (!msg.empty() && msg.back() == '\n') msg.pop_back();
     c.fail(ATTNGEN_ERROR_KERNEL, msg);
   }
@@ -293,13 +366,13 @@ struct AttentionCall {
   attngen_tensor* out;
   attngen_attention_options opt;
   int64_t batch, seq_q, heads_q, dqk, seq_kv, heads_kv, dv;
-  std::vector<int32_t> kv_len;
+  int32_t* kv_len;  // [batch], from the call's scratch
   HalideView mask, layout;
 };
 
 // Checks every tensor and option of a call; nothing is written. q, k and v share one dtype
 // (F32, F16 or BF16); out has theirs or F32.
-bool validate_attention(Check& c, AttentionCall& call) {
+bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
   const attngen_tensor *q = call.q, *k = call.k, *v = call.v;
   attngen_tensor* out = call.out;
   const attngen_attention_options& opt = call.opt;
@@ -336,7 +409,7 @@ bool validate_attention(Check& c, AttentionCall& call) {
   if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
   }
-  if (!prepare_kv_len(c, opt.kv_len, batch, seq_kv, call.kv_len)) return false;
+  if (!prepare_kv_len(c, scratch, opt.kv_len, batch, seq_kv, &call.kv_len)) return false;
   const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
   if (!prepare_mask(c, opt.mask_tensor, full, call.mask)) return false;
   if (!prepare_pattern(c, opt.pattern, seq_q, seq_kv, call.layout)) return false;
@@ -385,8 +458,10 @@ const attngen_kernel_info* select_or_convert(Check& c, KernelQuery query, const 
                                              bool* convert) {
   *convert = false;
   if (name != nullptr || query.dtypes.q == ATTNGEN_F32) return select_kernel(c, query, name);
-  Check native;
-  if (const attngen_kernel_info* k = select_kernel(native, query, nullptr)) return k;
+  if (may_fit_natively(query)) {
+    Check native;
+    if (const attngen_kernel_info* k = select_kernel(native, query, nullptr)) return k;
+  }
   query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = ATTNGEN_F32;
   *convert = true;
   return select_kernel(c, query, nullptr);
@@ -426,20 +501,20 @@ KernelQuery attention_query(const AttentionCall& call) {
 // a log-sum-exp output the kernel writes but the call did not ask for.
 struct AttentionViews {
   HalideView q, k, v, out, kv_len, weights, lse, bool_mask, add_mask;
-  std::vector<float> lse_scratch;
 };
 
-attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_info& kernel,
-                                   AttentionViews& views) {
+// False (c says why) if the call's scratch cannot hold the lse scratch.
+bool attention_args(Check& c, CallScratch& scratch, AttentionCall& call,
+                    const attngen_kernel_info& kernel, AttentionViews& views,
+                    attngen_kernel_args& args) {
   const attngen_attention_options& opt = call.opt;
   make_view(views.q, *call.q);
   make_view(views.k, *call.k);
   make_view(views.v, *call.v);
   make_view(views.out, *call.out);
   const int64_t batch_shape[1] = {call.batch};
-  make_view(views.kv_len,
-            attngen_tensor_contiguous(call.kv_len.data(), ATTNGEN_I32, 1, batch_shape));
-  attngen_kernel_args args{};
+  make_view(views.kv_len, attngen_tensor_contiguous(call.kv_len, ATTNGEN_I32, 1, batch_shape));
+  args = attngen_kernel_args{};
   args.q = &views.q.buf;
   args.k = &views.k.buf;
   args.v = &views.v.buf;
@@ -455,10 +530,12 @@ attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_inf
     make_view(views.lse, *opt.lse);
     args.lse = &views.lse.buf;
   } else if (kernel.lse) {
-    views.lse_scratch.resize(static_cast<size_t>(call.batch * call.heads_q * call.seq_q));
+    float* lse =
+        scratch.array<float>(c, static_cast<size_t>(call.batch * call.heads_q * call.seq_q),
+                             "the lse the kernel writes");
+    if (lse == nullptr) return false;
     const int64_t shape[3] = {call.batch, call.heads_q, call.seq_q};
-    make_view(views.lse,
-              attngen_tensor_contiguous(views.lse_scratch.data(), ATTNGEN_F32, 3, shape));
+    make_view(views.lse, attngen_tensor_contiguous(lse, ATTNGEN_F32, 3, shape));
     args.lse = &views.lse.buf;
   }
   if (kernel.generic) {
@@ -496,22 +573,39 @@ attngen_kernel_args attention_args(AttentionCall& call, const attngen_kernel_inf
   }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(call.dqk));
   args.softcap = opt.softcap;
-  args.bottom_right = needs_bottom_right(opt.alignment, call.seq_q, call.kv_len);
-  return args;
+  args.bottom_right = needs_bottom_right(opt.alignment, call.seq_q, call.kv_len, call.batch);
+  return true;
 }
 
 }  // namespace
 }  // namespace attngen::rt
 
-extern "C" {
+namespace attngen::rt {
+namespace {
 
-attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
-                                 const attngen_tensor* v, attngen_tensor* out,
-                                 const attngen_attention_options* options) {
+// The size queries' common start: *bytes must be given.
+bool check_bytes(Check& c, const size_t* bytes) {
+  return bytes != nullptr || c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+}
+
+// Ends a size query: *bytes is the workspace the call needs, attngen_last_kernel() the kernel
+// it measured.
+attngen_status finish_size(const Check& c, const CallScratch& scratch, size_t* bytes,
+                           const attngen_kernel_info* kernel) {
+  if (c.ok()) *bytes = scratch.bytes();
+  return finish(c, kernel);
+}
+
+// attngen_attention() and its size query (mode kSize: nothing written, *bytes the workspace).
+attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_tensor* k,
+                         const attngen_tensor* v, attngen_tensor* out,
+                         const attngen_attention_options* options, size_t* bytes) {
   Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
   AttentionCall call{q, k, v, out,
                      options != nullptr ? *options : attngen_attention_options_default()};
-  if (!validate_attention(c, call)) return finish(c, nullptr);
+  if (!validate_attention(c, scratch, call)) return finish(c, nullptr);
   bool convert = false;
   const attngen_kernel_info* kernel =
       select_or_convert(c, attention_query(call), call.opt.kernel, &convert);
@@ -529,13 +623,20 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
     call.out = &out32;
   }
   AttentionViews views;
-  if (run_kernel(c, kernel, attention_args(call, *kernel, views)) == ATTNGEN_OK) staging.commit();
+  attngen_kernel_args args;
+  if (attention_args(c, scratch, call, *kernel, views, args) &&
+      run_kernel(c, kernel, args) == ATTNGEN_OK) {
+    staging.commit();
+  }
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
 }
 
-attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
-                              const attngen_tensor* bias, attngen_tensor* y) {
+attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tensor* w,
+                      const attngen_tensor* bias, attngen_tensor* y, size_t* bytes) {
   Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
   const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims, false, /*floating=*/true};
   if (!check_tensor(c, x, xs)) return finish(c, nullptr);
   const attngen_dtype dt = x->dtype;  // of every tensor of the call
@@ -560,9 +661,14 @@ attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
       select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, dt), nullptr, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
   // A missing bias is zeros of the kernel's dtype (all-zero bits in each).
-  std::vector<float> zeros(bias == nullptr ? static_cast<size_t>(n) : 0, 0.0f);
+  float* zeros = nullptr;
+  if (bias == nullptr) {
+    zeros = scratch.array<float>(c, static_cast<size_t>(n), "the zero bias");
+    if (zeros == nullptr) return finish(c, nullptr);
+    std::memset(zeros, 0, static_cast<size_t>(n) * sizeof(float));
+  }
   const attngen_tensor zero_bias =
-      attngen_tensor_contiguous(zeros.data(), convert ? ATTNGEN_F32 : dt, 1, &n);
+      attngen_tensor_contiguous(zeros, convert ? ATTNGEN_F32 : dt, 1, &n);
   attngen_tensor x32 = *x, w32 = *w, b32 = bias != nullptr ? *bias : zero_bias, y32 = *y;
   F32Staging staging;
   if (convert && (!staging.input(c, *x, "x", &x32) || !staging.input(c, *w, "w", &w32) ||
@@ -571,12 +677,15 @@ attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
     return finish(c, nullptr);
   }
   if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
 }
 
-attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
-                           attngen_tensor* y, const attngen_mha_options* options) {
+attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_weights* weights,
+                   attngen_tensor* y, const attngen_mha_options* options, size_t* bytes) {
   Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
   if (!c.ok()) return finish(c, nullptr);
@@ -587,8 +696,8 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
   const attngen_tensor* in_b = weights->in_proj_bias;
   const attngen_tensor* out_b = weights->out_proj_bias;
-  std::vector<int32_t> kv_len;
-  if (!prepare_kv_len(c, options->kv_len, batch, seq, kv_len)) return finish(c, nullptr);
+  int32_t* kv_len = nullptr;
+  if (!prepare_kv_len(c, scratch, options->kv_len, batch, seq, &kv_len)) return finish(c, nullptr);
 
   KernelQuery query = layer_query(ATTNGEN_OP_MHA, x->dtype);
   query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options->num_heads);
@@ -599,10 +708,15 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
 
   // Missing biases are zeros of the kernel's dtype (all-zero bits in each).
   const attngen_dtype dt = convert ? ATTNGEN_F32 : x->dtype;
-  std::vector<float> zeros((in_b == nullptr || out_b == nullptr) ? 3 * embed : 0, 0.0f);
   const int64_t n_in = 3 * embed;
-  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), dt, 1, &n_in);
-  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), dt, 1, &embed);
+  float* zeros = nullptr;
+  if (in_b == nullptr || out_b == nullptr) {
+    zeros = scratch.array<float>(c, static_cast<size_t>(n_in), "the zero biases");
+    if (zeros == nullptr) return finish(c, nullptr);
+    std::memset(zeros, 0, static_cast<size_t>(n_in) * sizeof(float));
+  }
+  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros, dt, 1, &n_in);
+  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros, dt, 1, &embed);
   attngen_tensor x32 = *x, iw = *weights->in_proj_weight, ow = *weights->out_proj_weight, y32 = *y;
   attngen_tensor ib = in_b != nullptr ? *in_b : zero_in, ob = out_b != nullptr ? *out_b : zero_out;
   F32Staging staging;
@@ -621,7 +735,7 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   make_view(how, ow);
   make_view(hob, ob);
   make_view(hy, y32);
-  make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch));
+  make_view(hl, attngen_tensor_contiguous(kv_len, ATTNGEN_I32, 1, &batch));
   attngen_kernel_args args{};
   args.x = &hx.buf;
   args.w = &hiw.buf;
@@ -629,17 +743,59 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
   args.w2 = &how.buf;
   args.bias2 = &hob.buf;
   args.kv_len = &hl.buf;
-  args.bottom_right = needs_bottom_right(options->alignment, seq, kv_len);
+  args.bottom_right = needs_bottom_right(options->alignment, seq, kv_len, batch);
   args.causal = options->mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
   args.num_heads = static_cast<int32_t>(options->num_heads);
   args.out = &hy.buf;
   if (run_kernel(c, kernel, args) == ATTNGEN_OK) staging.commit();
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
+}
+
+}  // namespace
+}  // namespace attngen::rt
+
+extern "C" {
+
+attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* k,
+                                 const attngen_tensor* v, attngen_tensor* out,
+                                 const attngen_attention_options* options) {
+  return attention(CallMode::kRun, q, k, v, out, options, nullptr);
+}
+
+attngen_status attngen_attention_workspace_size(const attngen_tensor* q, const attngen_tensor* k,
+                                                const attngen_tensor* v, const attngen_tensor* out,
+                                                const attngen_attention_options* options,
+                                                size_t* bytes) {
+  return attention(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out), options, bytes);
+}
+
+attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
+                              const attngen_tensor* bias, attngen_tensor* y) {
+  return linear(CallMode::kRun, x, w, bias, y, nullptr);
+}
+
+attngen_status attngen_linear_workspace_size(const attngen_tensor* x, const attngen_tensor* w,
+                                             const attngen_tensor* bias, const attngen_tensor* y,
+                                             size_t* bytes) {
+  return linear(CallMode::kSize, x, w, bias, const_cast<attngen_tensor*>(y), bytes);
+}
+
+attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
+                           attngen_tensor* y, const attngen_mha_options* options) {
+  return mha(CallMode::kRun, x, weights, y, options, nullptr);
+}
+
+attngen_status attngen_mha_workspace_size(const attngen_tensor* x,
+                                          const attngen_mha_weights* weights,
+                                          const attngen_tensor* y,
+                                          const attngen_mha_options* options, size_t* bytes) {
+  return mha(CallMode::kSize, x, weights, const_cast<attngen_tensor*>(y), options, bytes);
 }
 
 const char* attngen_last_error(void) { return t_last_error.c_str(); }
 
-const char* attngen_last_kernel(void) { return t_last_kernel.c_str(); }
+const char* attngen_last_kernel(void) { return t_last_kernel; }
 
 const char* attngen_status_name(attngen_status status_enum) {
   const int32_t status = enum_value(status_enum);  // a C caller may pass any int
@@ -665,6 +821,7 @@ const char* attngen_status_name(attngen_status status_enum) {
     ATTNGEN_NAME(ATTNGEN_ERROR_CAPACITY)
     ATTNGEN_NAME(ATTNGEN_ERROR_OUT_OF_MEMORY)
     ATTNGEN_NAME(ATTNGEN_ERROR_ABI)
+    ATTNGEN_NAME(ATTNGEN_ERROR_WORKSPACE)
 #undef ATTNGEN_NAME
     default:
       break;

@@ -9,6 +9,7 @@
 
 #include "runtime/src/convert.h"
 #include "runtime/src/internal.h"
+#include "runtime/src/workspace.h"
 
 namespace attngen::rt {
 
@@ -113,7 +114,9 @@ uint16_t f32_to_bf16(float f) {
 }
 
 F32Staging::~F32Staging() {
-  for (const Staged& s : staged_) scratch_release(s.scratch);
+  for (int i = 0; i < count_; ++i) {
+    if (staged_[i].owned) scratch_release(staged_[i].scratch);
+  }
 }
 
 bool F32Staging::stage(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
@@ -131,12 +134,22 @@ bool F32Staging::stage(Check& c, const attngen_tensor& t, const char* name, attn
                       " in F32 (for the F32 kernel that runs this call) would span "
                       "more than 2^31 - 1 bytes, the most a kernel can address");
   }
-  void* scratch = scratch_allocate(static_cast<size_t>(count) * sizeof(float));
-  if (scratch == nullptr) {
+  if (count_ == kMaxStaged) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, std::string("no room to stage ") + name);
+  }
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  // The call's workspace, or a size query's counted buffers; else the block cache.
+  CallScratch* call = CallScratch::current();
+  const bool owned = call == nullptr || !(call->in_workspace() || call->sizing());
+  void* scratch = nullptr;
+  if (!owned) {
+    scratch = call->take(c, bytes, name, " in F32");
+    if (scratch == nullptr) return false;
+  } else if ((scratch = scratch_allocate(bytes)) == nullptr) {
     return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(count * 4) +
                                                    " bytes for " + name + " in F32");
   }
-  staged_.push_back({scratch, t, false});
+  staged_[count_++] = {scratch, t, false, owned};
   int64_t shape[ATTNGEN_MAX_RANK];
   for (int d = 0; d < t.rank; ++d) shape[d] = t.shape[d];
   *f32 = attngen_tensor_contiguous(scratch, ATTNGEN_F32, t.rank, shape);
@@ -158,12 +171,15 @@ bool F32Staging::input(Check& c, const attngen_tensor& t, const char* name, attn
 
 bool F32Staging::output(Check& c, const attngen_tensor& t, const char* name, attngen_tensor* f32) {
   if (!stage(c, t, name, f32)) return false;
-  if (t.dtype != ATTNGEN_F32) staged_.back().output = true;
+  if (t.dtype != ATTNGEN_F32) staged_[count_ - 1].output = true;
   return true;
 }
 
 void F32Staging::commit() {
-  for (const Staged& s : staged_) {
+  const CallScratch* call = CallScratch::current();
+  if (call != nullptr && call->sizing()) return;  // a size query writes no output
+  for (int i = 0; i < count_; ++i) {
+    const Staged& s = staged_[i];
     if (!s.output) continue;
     const attngen_tensor& t = s.caller;
     const int64_t n = t.shape[t.rank - 1];

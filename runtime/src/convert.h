@@ -58,7 +58,7 @@ inline float quantise_i8(const float* x, int64_t n, int8_t* q) {
     if (a > amax) amax = a;
   }
   if (!finite || amax == 0.0f) {
-    std::memset(q, 0, static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) q[i] = 0;  // (a loop: GCC warns on memset of an int64 size)
     return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
   const float scale = amax / 127.0f;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/src/kv_cache.h"
+#include "runtime/src/workspace.h"
 
 namespace attngen::rt {
 
@@ -46,51 +47,84 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
   return true;
 }
 
+// A decode kernel's arguments over `slots` of the layer's slots (Halide views kept here):
+// q [B, t, Hq, Dqk] over the layer's cached positions (kv_len[b] of each sequence, q_len[b] of
+// its query rows) into out.
+struct DecodeRun {
+  HalideView hq, hk, hv, ho, hl, hn, hs;
+  attngen_kernel_args args{};
+  void make(const attngen_kv_cache& cache, int64_t layer, const attngen_tensor& q,
+            const attngen_tensor& out, float scale, int32_t* kv_len, int32_t* q_len, int64_t slots,
+            int32_t kv_splits) {
+    const attngen_kv_cache_options& o = cache.options;
+    make_view(hq, q);
+    make_view(hk, cache_layer(cache, layer, false, slots));
+    make_view(hv, cache_layer(cache, layer, true, slots));
+    if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer, slots));
+    make_view(ho, out);
+    const int64_t batch = o.batch;
+    make_view(hl, attngen_tensor_contiguous(kv_len, ATTNGEN_I32, 1, &batch));
+    make_view(hn, attngen_tensor_contiguous(q_len, ATTNGEN_I32, 1, &batch));
+    args = attngen_kernel_args{};
+    args.q = &hq.buf;
+    args.k = &hk.buf;
+    args.v = &hv.buf;
+    args.kv_scales = cache.scales != nullptr ? &hs.buf : nullptr;
+    args.v_finite = cache.v_nonfinite ? 0 : 1;
+    args.kv_len = &hl.buf;
+    args.q_len = &hn.buf;
+    args.out = &ho.buf;
+    args.scale = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(o.head_dim_qk));
+    args.capacity = static_cast<int32_t>(o.capacity);
+    args.window = static_cast<int32_t>(o.window);
+    args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
+  }
+};
+
+// Caches up to this capacity are measured at every length; longer ones at the longest length of
+// each run of lengths with the same key blocks and split (what the kernels' scratch follows).
+constexpr int64_t kMeasureEveryLength = 256;
+
 // Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out; false
-// if the kernel failed (c says why).
+// if the kernel failed (c says why). kv_len (B values) is the call's scratch. In a size query
+// the kernel is measured over every length the layer may hold, with every query row real.
 bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_cache& cache,
                 int64_t layer, const attngen_tensor& q, const attngen_tensor& out, float scale,
-                const std::vector<int32_t>& counts, int32_t kv_splits) {
+                int32_t* counts, int32_t* kv_len, int32_t kv_splits) {
   const attngen_kv_cache_options& o = cache.options;
-  std::vector<int32_t> kv_len(static_cast<size_t>(o.batch));
+  DecodeRun run;
+  CallScratch* scratch = CallScratch::current();
+  if (scratch != nullptr && scratch->sizing()) {
+    std::fill(counts, counts + o.batch, static_cast<int32_t>(q.shape[1]));
+    const int64_t block = std::max<int32_t>(kernel->key_block, 1);
+    const int64_t groups = o.batch * o.heads_kv;
+    for (int64_t s = 1; s <= o.capacity; ++s) {
+      if (s < o.capacity && o.capacity > kMeasureEveryLength &&
+          (s + block - 1) / block == (s + block) / block &&
+          split_keys(s, groups, kv_splits) == split_keys(s + 1, groups, kv_splits)) {
+        continue;  // s + 1 has the same key blocks and split
+      }
+      std::fill(kv_len, kv_len + o.batch, static_cast<int32_t>(s));
+      run.make(cache, layer, q, out, scale, kv_len, counts, s, kv_splits);
+      if (run_kernel(c, kernel, run.args) != ATTNGEN_OK) return false;
+    }
+    return true;
+  }
   int64_t longest = 0;
   for (int64_t b = 0; b < o.batch; ++b) {
     const int64_t n = cache_length(cache, layer, b);
-    kv_len[static_cast<size_t>(b)] = static_cast<int32_t>(n);
+    kv_len[b] = static_cast<int32_t>(n);
     longest = std::max(longest, n);
   }
   // Only the slots some sequence fills are given to the kernel (at least one: extents > 0).
   const int64_t slots = std::clamp<int64_t>(longest, 1, o.capacity);
-  HalideView hq, hk, hv, ho, hl, hn, hs;
-  make_view(hq, q);
-  make_view(hk, cache_layer(cache, layer, false, slots));
-  make_view(hv, cache_layer(cache, layer, true, slots));
-  if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer, slots));
-  make_view(ho, out);
-  const int64_t batch = o.batch;
-  make_view(hl, attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch));
-  make_view(hn,
-            attngen_tensor_contiguous(const_cast<int32_t*>(counts.data()), ATTNGEN_I32, 1, &batch));
-  attngen_kernel_args args{};
-  args.q = &hq.buf;
-  args.k = &hk.buf;
-  args.v = &hv.buf;
-  args.kv_scales = cache.scales != nullptr ? &hs.buf : nullptr;
-  args.v_finite = cache.v_nonfinite ? 0 : 1;
-  args.kv_len = &hl.buf;
-  args.q_len = &hn.buf;
-  args.out = &ho.buf;
-  args.scale = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(o.head_dim_qk));
-  args.capacity = static_cast<int32_t>(o.capacity);
-  args.window = static_cast<int32_t>(o.window);
-  args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
-  return run_kernel(c, kernel, args) == ATTNGEN_OK;
+  run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
+  return run_kernel(c, kernel, run.args) == ATTNGEN_OK;
 }
 
 // The decode kernel for the cache's head dims and dtype and the queries' and output's dtypes (a
 // cache dtype no kernel takes: ATTNGEN_ERROR_DTYPE naming the cache).
-const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
-                                         attngen_dtype out, const char* name) {
+KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen_dtype out) {
   KernelQuery query{ATTNGEN_OP_DECODE};
   query.head_dim_qk = static_cast<int>(cache.options.head_dim_qk);
   query.head_dim_v = static_cast<int>(cache.options.head_dim_v);
@@ -98,25 +132,25 @@ const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache
   query.dtypes.q = q;
   query.dtypes.out = out;
   query.dtypes.cache = cache.options.dtype;
-  return select_kernel(c, query, name);
+  return query;
 }
 
-}  // namespace
+const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
+                                         attngen_dtype out, const char* name) {
+  return select_kernel(c, decode_query(cache, q, out), name);
+}
 
-}  // namespace attngen::rt
-
-using namespace attngen::rt;
-
-extern "C" {
-
-attngen_decode_options attngen_decode_options_default(void) { return attngen_decode_options{}; }
-
-attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
-                              attngen_tensor* out, const attngen_decode_options* options) {
+// attngen_decode() and its size query (kSize: nothing written, *bytes the workspace).
+attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_cache* cache,
+                      int64_t layer, attngen_tensor* out, const attngen_decode_options* options,
+                      size_t* bytes) {
   Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && bytes == nullptr)
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
   const attngen_decode_options opt =
       options != nullptr ? *options : attngen_decode_options_default();
-  if (!check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
   const attngen_kv_cache_options& o = cache->options;
   // q and out of any floating-point dtype here; dispatch finds a kernel that takes them.
   const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
@@ -136,10 +170,14 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
                                     "; Hq must be a multiple of Hkv (grouped-query attention)");
     return finish(c, nullptr);
   }
-  std::vector<int32_t> counts;
-  if (!check_decode_options(c, opt.scale, opt.kv_splits) ||
+  int32_t* counts = scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the counts");
+  int32_t* kv_len = counts != nullptr
+                        ? scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the lengths")
+                        : nullptr;
+  // (A size query covers every length: the cache need not hold the queries yet.)
+  if (kv_len == nullptr || !check_decode_options(c, opt.scale, opt.kv_splits) ||
       !prepare_counts(c, opt.counts, o.batch, t, counts) ||
-      !check_decode_fits(c, *cache, layer, counts)) {
+      (mode == CallMode::kRun && !check_decode_fits(c, *cache, layer, counts))) {
     return finish(c, nullptr);
   }
   if (!check_no_alias(c, *out, "out", *q, "q") ||
@@ -149,9 +187,14 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
   }
   // A kernel for the call's dtypes; else (F16 / BF16 q or out that no kernel takes over this
   // cache) an F32-query kernel with q and out staged in F32, as attngen_attention() does.
+  // (Without a kernel of those dtypes at all, straight to F32: a failed selection's message would
+  // allocate.)
   Check native;
   const attngen_kernel_info* kernel =
-      select_decode(native, *cache, q->dtype, out->dtype, opt.kernel);
+      opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
+              may_fit_natively(decode_query(*cache, q->dtype, out->dtype))
+          ? select_decode(native, *cache, q->dtype, out->dtype, opt.kernel)
+          : nullptr;
   F32Staging staging;
   attngen_tensor q32 = *q, out32 = *out;
   if (kernel == nullptr) {
@@ -164,16 +207,40 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
       return finish(c, nullptr);
     }
   }
-  if (run_decode(c, kernel, *cache, layer, q32, out32, opt.scale, counts, opt.kv_splits)) {
+  if (run_decode(c, kernel, *cache, layer, q32, out32, opt.scale, counts, kv_len, opt.kv_splits)) {
     staging.commit();
   }
+  if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, kernel);
 }
 
-attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_weights* weights,
-                                  attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
-                                  const attngen_mha_decode_options* options) {
+// A linear kernel's arguments (Halide views kept here).
+struct LinearRun {
+  HalideView hx, hw, hb, hy;
+  attngen_kernel_args args{};
+  void make(const attngen_tensor& x, const attngen_tensor& w, const attngen_tensor& bias,
+            const attngen_tensor& y) {
+    make_view(hx, x);
+    make_view(hw, w);
+    make_view(hb, bias);
+    make_view(hy, y);
+    args = attngen_kernel_args{};
+    args.x = &hx.buf;
+    args.w = &hw.buf;
+    args.bias = &hb.buf;
+    args.out = &hy.buf;
+  }
+};
+
+// attngen_mha_decode() and its size query (kSize: nothing appended or written).
+attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
+                          const attngen_mha_weights* weights, attngen_kv_cache* cache,
+                          int64_t layer, attngen_tensor* y,
+                          const attngen_mha_decode_options* options, size_t* bytes) {
   Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && bytes == nullptr)
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
   if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
@@ -196,10 +263,15 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
                                     " heads of E / num_heads = " + std::to_string(dh));
     return finish(c, nullptr);
   }
-  std::vector<int32_t> counts;
-  if (!check_decode_options(c, 0.0f, options->kv_splits) ||
+  int32_t* counts = scratch.array<int32_t>(c, static_cast<size_t>(batch), "the counts");
+  int32_t* kv_len = counts != nullptr
+                        ? scratch.array<int32_t>(c, static_cast<size_t>(batch), "the lengths")
+                        : nullptr;
+  float* row =
+      kv_len != nullptr ? scratch.array<float>(c, append_scratch_floats(*cache), "a row") : nullptr;
+  if (row == nullptr || !check_decode_options(c, 0.0f, options->kv_splits) ||
       !prepare_counts(c, options->counts, batch, t, counts) ||
-      !check_append_fits(c, *cache, layer, counts)) {
+      (mode == CallMode::kRun && !check_append_fits(c, *cache, layer, counts))) {
     return finish(c, nullptr);
   }
   // Nothing the call reads may lie where it writes: the append writes the layer's storage
@@ -217,8 +289,7 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
     }
   }
   if ((options->counts != nullptr && !check_no_alias(c, *y, "y", *options->counts, "counts")) ||
-      !check_clear_of_cache(c, *cache, layer, *y, "y", true) ||
-      !reserve_lengths(c, *cache, layer)) {
+      !check_clear_of_cache(c, *cache, layer, *y, "y", true)) {
     return finish(c, nullptr);
   }
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
@@ -228,33 +299,89 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
 
   // in_proj: qkv [B, t, 3E]; q, k and v are views of it, [B, t, H, Dh] each.
   const int64_t n_in = 3 * embed;
-  std::vector<float> zeros((in_b == nullptr || out_b == nullptr) ? n_in : 0, 0.0f);
-  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n_in);
-  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &embed);
-  std::vector<float> qkv(static_cast<size_t>(batch * t * n_in));
-  std::vector<float> attn(static_cast<size_t>(batch * t * embed));
-  const int64_t qkv_shape[3] = {batch, t, n_in};
-  const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv.data(), ATTNGEN_F32, 3, qkv_shape);
-  attngen_tensor qkv_out = t_qkv;
-  if (run_linear(c, linear, *x, iw, in_b != nullptr ? *in_b : zero_in, qkv_out) != ATTNGEN_OK) {
-    return finish(c, nullptr);
+  float* zeros = nullptr;
+  if (in_b == nullptr || out_b == nullptr) {
+    zeros = scratch.array<float>(c, static_cast<size_t>(n_in), "the zero biases");
+    if (zeros == nullptr) return finish(c, nullptr);
+    std::fill(zeros, zeros + n_in, 0.0f);
   }
+  float* qkv = scratch.array<float>(c, static_cast<size_t>(batch * t * n_in), "the projections");
+  float* attn = qkv != nullptr ? scratch.array<float>(c, static_cast<size_t>(batch * t * embed),
+                                                      "the attention output")
+                               : nullptr;
+  if (attn == nullptr) return finish(c, nullptr);
+  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros, ATTNGEN_F32, 1, &n_in);
+  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros, ATTNGEN_F32, 1, &embed);
+  const int64_t qkv_shape[3] = {batch, t, n_in};
+  const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv, ATTNGEN_F32, 3, qkv_shape);
   const auto head_view = [&](int part) {
     const int64_t shape[4] = {batch, t, heads, dh};
-    attngen_tensor v = attngen_tensor_contiguous(qkv.data() + part * embed, ATTNGEN_F32, 4, shape);
+    attngen_tensor v = attngen_tensor_contiguous(qkv + part * embed, ATTNGEN_F32, 4, shape);
     v.strides[0] = t * n_in;
     v.strides[1] = n_in;
     return v;
   };
-  append_rows(*cache, layer, head_view(1), head_view(2), counts);
   const int64_t attn_shape[4] = {batch, t, heads, dh};
-  const attngen_tensor t_attn = attngen_tensor_contiguous(attn.data(), ATTNGEN_F32, 4, attn_shape);
-  run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, options->kv_splits);
-  if (!c.ok()) return finish(c, nullptr);
+  const attngen_tensor t_attn = attngen_tensor_contiguous(attn, ATTNGEN_F32, 4, attn_shape);
   const int64_t rows_shape[3] = {batch, t, embed};
-  run_linear(c, linear, attngen_tensor_contiguous(attn.data(), ATTNGEN_F32, 3, rows_shape), ow,
-             out_b != nullptr ? *out_b : zero_out, *y);
+  const attngen_tensor t_rows = attngen_tensor_contiguous(attn, ATTNGEN_F32, 3, rows_shape);
+  LinearRun in_proj, out_proj;
+  in_proj.make(*x, iw, in_b != nullptr ? *in_b : zero_in, t_qkv);
+  out_proj.make(t_rows, ow, out_b != nullptr ? *out_b : zero_out, *y);
+  if (mode == CallMode::kRun) {
+    // In a workspace, all three kernels must fit before the append writes the cache.
+    DecodeRun step;
+    step.make(*cache, layer, head_view(0), t_attn, 0.0f, kv_len, counts, 1, options->kv_splits);
+    if (!precheck_kernel(c, linear, in_proj.args) || !precheck_kernel(c, decode, step.args) ||
+        !precheck_kernel(c, linear, out_proj.args) || !reserve_lengths(c, *cache, layer)) {
+      return finish(c, nullptr);
+    }
+  }
+  if (run_kernel(c, linear, in_proj.args) != ATTNGEN_OK) return finish(c, nullptr);
+  if (mode == CallMode::kRun) append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
+  run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len,
+             options->kv_splits);
+  if (!c.ok()) return finish(c, nullptr);
+  run_kernel(c, linear, out_proj.args);
+  if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, decode);
+}
+
+}  // namespace
+
+}  // namespace attngen::rt
+
+using namespace attngen::rt;
+
+extern "C" {
+
+attngen_decode_options attngen_decode_options_default(void) { return attngen_decode_options{}; }
+
+attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
+                              attngen_tensor* out, const attngen_decode_options* options) {
+  return decode(CallMode::kRun, q, cache, layer, out, options, nullptr);
+}
+
+attngen_status attngen_decode_workspace_size(const attngen_tensor* q, const attngen_kv_cache* cache,
+                                             int64_t layer, const attngen_tensor* out,
+                                             const attngen_decode_options* options, size_t* bytes) {
+  return decode(CallMode::kSize, q, cache, layer, const_cast<attngen_tensor*>(out), options, bytes);
+}
+
+attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_weights* weights,
+                                  attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
+                                  const attngen_mha_decode_options* options) {
+  return mha_decode(CallMode::kRun, x, weights, cache, layer, y, options, nullptr);
+}
+
+attngen_status attngen_mha_decode_workspace_size(const attngen_tensor* x,
+                                                 const attngen_mha_weights* weights,
+                                                 const attngen_kv_cache* cache, int64_t layer,
+                                                 const attngen_tensor* y,
+                                                 const attngen_mha_decode_options* options,
+                                                 size_t* bytes) {
+  return mha_decode(CallMode::kSize, x, weights, const_cast<attngen_kv_cache*>(cache), layer,
+                    const_cast<attngen_tensor*>(y), options, bytes);
 }
 
 }  // extern "C"

@@ -148,9 +148,22 @@ struct KernelQuery {
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 
-// Runs the kernel, capturing Halide's error messages; records which kernel ran.
+// Whether some kernel of the query's dtypes might fit it (a conservative filter: op, dtypes, the
+// pattern kind and extra outputs, head dims): a call of F16 / BF16 tensors that none fits is
+// converted without a failed selection first, whose message would allocate.
+bool may_fit_natively(const KernelQuery& query);
+
+// Runs the kernel, capturing Halide's error messages; records which kernel ran. In a call with a
+// workspace its scratch comes from the workspace (or the call fails with ATTNGEN_ERROR_WORKSPACE
+// before the kernel runs); in a size query the kernel runs on scratch outputs, measured
+// (workspace.h).
 attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
                           const attngen_kernel_args& args);
+
+// Whether a kernel run with these arguments fits the call's workspace (true outside one): the
+// check run_kernel() makes, for calls that must know before they write anything (a decode step
+// appends to its cache before its decode kernel runs).
+bool precheck_kernel(Check& c, const attngen_kernel_info* kernel, const attngen_kernel_args& args);
 
 // Runs a linear kernel: y = x w^T + bias (tensors already checked).
 attngen_status run_linear(Check& c, const attngen_kernel_info* kernel, const attngen_tensor& x,
@@ -162,15 +175,17 @@ attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 // Makes the kernels' scratch memory come from a per-thread cache (allocator.cpp); idempotent.
 void install_allocator();
 
-// The runtime's own scratch memory, from the kernels' allocator (allocator.cpp); nullptr when
-// out of memory.
+// The runtime's own scratch memory outside a workspace, from the kernels' block cache
+// (allocator.cpp); nullptr when out of memory.
 void* scratch_allocate(size_t bytes);
 void scratch_release(void* p);
 
 // F32 stand-ins for a call's F16 / BF16 tensors, so that an F32 kernel runs a call no kernel of
 // its own dtypes takes (convert.cpp). Inputs are converted into dense scratch copies; outputs
 // get dense F32 scratch that commit() converts into the caller's tensor once the kernel has
-// succeeded. F32 tensors pass through as they are. Scratch is freed with the staging.
+// succeeded (not in a size query). F32 tensors pass through as they are. Scratch comes from the
+// call's workspace if it has one (workspace.h), else from the block cache, and is freed with
+// the staging.
 class F32Staging {
  public:
   F32Staging() = default;
@@ -191,8 +206,11 @@ class F32Staging {
     void* scratch;
     attngen_tensor caller;  // the caller's tensor, for an output
     bool output;
+    bool owned;  // from scratch_allocate(), released with the staging
   };
-  std::vector<Staged> staged_;
+  static constexpr int kMaxStaged = 8;  // an MHA layer's six tensors at most
+  Staged staged_[kMaxStaged];
+  int count_ = 0;
 };
 
 // Threads the kernels run on (attngen_set_num_threads(), or Halide's default; threads.cpp).

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "runtime/src/convert.h"
+#include "runtime/src/workspace.h"
 
 namespace attngen::rt {
 
@@ -171,8 +172,8 @@ bool check_cache_layer(Check& c, const attngen_kv_cache* cache, int64_t layer) {
 }
 
 bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64_t t,
-                    std::vector<int32_t>& values) {
-  values.assign(static_cast<size_t>(batch), static_cast<int32_t>(t));
+                    int32_t* values) {
+  std::fill(values, values + batch, static_cast<int32_t>(t));
   if (counts == nullptr) return true;
   const TensorSpec spec{"counts", ATTNGEN_I32, 1, kCountsDims};
   if (!check_tensor(c, counts, spec) || !check_dim(c, *counts, spec, 0, batch, "B")) return false;
@@ -185,54 +186,58 @@ bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64
                     "counts[" + std::to_string(b) + "] is " + std::to_string(n) +
                         ", expected 0 <= counts <= t = " + std::to_string(t));
     }
-    values[static_cast<size_t>(b)] = n;
+    values[b] = n;
   }
   return true;
 }
 
 bool check_append_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
-                       const std::vector<int32_t>& counts) {
+                       const int32_t* counts) {
   const attngen_kv_cache_options& o = cache.options;
   for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t n = counts[static_cast<size_t>(b)], len = cache_length(cache, layer, b);
-    const std::string where =
-        "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
+    const int64_t n = counts[b], len = cache_length(cache, layer, b);
+    // (Built only for a message: a call in a workspace allocates nothing.)
+    const auto where = [&] {
+      return "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
+    };
     if (ring(cache) && n > o.capacity - o.window) {
       return c.fail(ATTNGEN_ERROR_CAPACITY,
-                    "appending " + std::to_string(n) + " tokens to " + where +
+                    "appending " + std::to_string(n) + " tokens to " + where() +
                         " at once: a ring buffer of capacity " + std::to_string(o.capacity) +
                         " with window " + std::to_string(o.window) + " takes at most " +
                         std::to_string(o.capacity - o.window) + " per append");
     }
     if (!ring(cache) && len + n > o.capacity) {
       return c.fail(ATTNGEN_ERROR_CAPACITY,
-                    where + " holds " + std::to_string(len) + " positions; appending " +
+                    where() + " holds " + std::to_string(len) + " positions; appending " +
                         std::to_string(n) + " exceeds the capacity " + std::to_string(o.capacity));
     }
     if (len + n > kMaxIndex) {
       return c.fail(ATTNGEN_ERROR_TOO_LARGE,
-                    where + " would pass 2^31 - 1 positions, the most a kernel can index");
+                    where() + " would pass 2^31 - 1 positions, the most a kernel can index");
     }
   }
   return true;
 }
 
 bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
-                       const std::vector<int32_t>& counts) {
+                       const int32_t* counts) {
   const attngen_kv_cache_options& o = cache.options;
   for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t n = counts[static_cast<size_t>(b)], len = cache_length(cache, layer, b);
-    const std::string where =
-        "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
+    const int64_t n = counts[b], len = cache_length(cache, layer, b);
+    // (Built only for a message: a call in a workspace allocates nothing.)
+    const auto where = [&] {
+      return "sequence " + std::to_string(b) + " of layer " + std::to_string(layer);
+    };
     if (n > len) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                    std::to_string(n) + " queries for " + where + ", which holds " +
+                    std::to_string(n) + " queries for " + where() + ", which holds " +
                         std::to_string(len) +
                         " positions: append the new tokens' K and V before attending");
     }
     if (ring(cache) && n > o.capacity - o.window) {
       return c.fail(ATTNGEN_ERROR_CAPACITY,
-                    std::to_string(n) + " queries for " + where + ": a ring buffer of capacity " +
+                    std::to_string(n) + " queries for " + where() + ": a ring buffer of capacity " +
                         std::to_string(o.capacity) + " with window " + std::to_string(o.window) +
                         " keeps the windows of at most " + std::to_string(o.capacity - o.window));
     }
@@ -298,15 +303,18 @@ bool stored_row_nonfinite(const uint8_t* row, attngen_dtype dtype, int64_t n, fl
 
 }  // namespace
 
+size_t append_scratch_floats(const attngen_kv_cache& cache) {
+  return static_cast<size_t>(std::max(cache.options.head_dim_qk, cache.options.head_dim_v));
+}
+
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
-                 const attngen_tensor& v, const std::vector<int32_t>& counts) {
+                 const attngen_tensor& v, const int32_t* counts, float* tmp) {
   const attngen_kv_cache_options& o = cache.options;
   const int64_t w = slot_elements(o), esize = element_bytes(o);
   const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
-  std::vector<float> tmp(static_cast<size_t>(std::max(o.head_dim_qk, o.head_dim_v)));
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
-    for (int64_t i = 0; i < counts[static_cast<size_t>(b)]; ++i) {
+    for (int64_t i = 0; i < counts[b]; ++i) {
       const int64_t slot = (len + i) % o.capacity;  // len + i < capacity without a ring
       for (int64_t h = 0; h < o.heads_kv; ++h) {
         const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * o.capacity + slot;
@@ -314,10 +322,10 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const int64_t v_src = b * v.strides[0] + i * v.strides[1] + h * v.strides[2];
         uint8_t* slot_data = cache.data + row * w * esize;
         const float k_scale = store_row(static_cast<const uint8_t*>(k.data) + k_src * k_size,
-                                        k.dtype, o.head_dim_qk, o.dtype, slot_data, tmp.data());
+                                        k.dtype, o.head_dim_qk, o.dtype, slot_data, tmp);
         const float v_scale =
             store_row(static_cast<const uint8_t*>(v.data) + v_src * v_size, v.dtype, o.head_dim_v,
-                      o.dtype, slot_data + o.head_dim_qk * esize, tmp.data());
+                      o.dtype, slot_data + o.head_dim_qk * esize, tmp);
         if (cache.scales != nullptr) {
           cache.scales[2 * row] = k_scale;
           cache.scales[2 * row + 1] = v_scale;
@@ -328,7 +336,7 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         }
       }
     }
-    len += counts[static_cast<size_t>(b)];
+    len += counts[b];
   }
 }
 
@@ -463,11 +471,20 @@ void attngen_kv_cache_destroy(attngen_kv_cache* cache) {
   delete cache;
 }
 
-attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
-                                       const attngen_tensor* k, const attngen_tensor* v,
-                                       const attngen_tensor* counts) {
+}  // extern "C"
+
+namespace attngen::rt {
+namespace {
+
+// attngen_kv_cache_append() and its size query (kSize: appends nothing, *bytes the workspace).
+attngen_status append(CallMode mode, attngen_kv_cache* cache, int64_t layer,
+                      const attngen_tensor* k, const attngen_tensor* v,
+                      const attngen_tensor* counts, size_t* bytes) {
   Check c;
-  if (!check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && bytes == nullptr)
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
   const attngen_kv_cache_options& o = cache->options;
   if (!check_input_dtype(c, k, "k") || !check_input_dtype(c, v, "v")) return finish(c, nullptr);
   const TensorSpec ks{"k", k != nullptr ? k->dtype : ATTNGEN_F32, 4, kKDims};
@@ -483,8 +500,11 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
       !check_dim(c, *v, vs, 3, o.head_dim_v, "Dv of the cache")) {
     return finish(c, nullptr);
   }
-  std::vector<int32_t> n;
-  if (!prepare_counts(c, counts, o.batch, t, n) || !check_append_fits(c, *cache, layer, n)) {
+  int32_t* n = scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the counts");
+  float* tmp =
+      n != nullptr ? scratch.array<float>(c, append_scratch_floats(*cache), "a row") : nullptr;
+  if (tmp == nullptr || !prepare_counts(c, counts, o.batch, t, n) ||
+      (mode == CallMode::kRun && !check_append_fits(c, *cache, layer, n))) {
     return finish(c, nullptr);
   }
   // The inputs must not overlap the layer's storage they are copied into.
@@ -493,9 +513,31 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
       (counts != nullptr && !check_clear_of_cache(c, *cache, layer, *counts, "counts", false))) {
     return finish(c, nullptr);
   }
+  if (mode == CallMode::kSize) {
+    *bytes = scratch.bytes();
+    return finish(c, nullptr);
+  }
   if (!reserve_lengths(c, *cache, layer)) return finish(c, nullptr);
-  append_rows(*cache, layer, *k, *v, n);
+  append_rows(*cache, layer, *k, *v, n, tmp);
   return finish(c, nullptr);
+}
+
+}  // namespace
+}  // namespace attngen::rt
+
+extern "C" {
+
+attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
+                                       const attngen_tensor* k, const attngen_tensor* v,
+                                       const attngen_tensor* counts) {
+  return append(CallMode::kRun, cache, layer, k, v, counts, nullptr);
+}
+
+attngen_status attngen_kv_cache_append_workspace_size(const attngen_kv_cache* cache, int64_t layer,
+                                                      const attngen_tensor* k,
+                                                      const attngen_tensor* v,
+                                                      const attngen_tensor* counts, size_t* bytes) {
+  return append(CallMode::kSize, const_cast<attngen_kv_cache*>(cache), layer, k, v, counts, bytes);
 }
 
 attngen_status attngen_kv_cache_length(const attngen_kv_cache* cache, int64_t layer,

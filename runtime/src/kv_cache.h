@@ -37,24 +37,27 @@ int64_t cache_length(const attngen_kv_cache& cache, int64_t layer, int64_t b);
 // (and nothing appended) if that fails.
 bool reserve_lengths(Check& c, attngen_kv_cache& cache, int64_t layer);
 
-// Per-sequence token counts: I32 [B] with values in [0, t], or all t when `counts` is NULL.
+// Per-sequence token counts: I32 [B] with values in [0, t], or all t when `counts` is NULL, into
+// values[0 .. B).
 bool prepare_counts(Check& c, const attngen_tensor* counts, int64_t batch, int64_t t,
-                    std::vector<int32_t>& values);
+                    int32_t* values);
 
 // Whether appending counts[b] tokens to each sequence of the layer fits (capacity, ring window).
 bool check_append_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
-                       const std::vector<int32_t>& counts);
+                       const int32_t* counts);
 
 // Whether counts[b] queries of each sequence can attend over what the layer holds: no more
 // queries than positions, and in a ring buffer every query's window still kept.
 bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
-                       const std::vector<int32_t>& counts);
+                       const int32_t* counts);
 
 // Converts the first counts[b] rows of k and v ([B, t, Hkv, D] of F32, F16 or BF16, already
 // validated) into the layer's slots, in the cache's dtype (an I8 cache: quantised, with their
-// scales). Cannot fail once reserve_lengths() has succeeded for the layer.
+// scales), through tmp (append_scratch_floats() floats). Cannot fail once reserve_lengths() has
+// succeeded for the layer.
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
-                 const attngen_tensor& v, const std::vector<int32_t>& counts);
+                 const attngen_tensor& v, const int32_t* counts, float* tmp);
+size_t append_scratch_floats(const attngen_kv_cache& cache);
 
 // One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] of the cache's dtype
 // (slots <= capacity) whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the

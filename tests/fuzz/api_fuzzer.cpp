@@ -70,7 +70,7 @@ std::string g_call;  // what the current input does, printed with a failure
   __builtin_trap();
 }
 
-constexpr int kStatuses = ATTNGEN_ERROR_ABI + 1;
+constexpr int kStatuses = ATTNGEN_ERROR_WORKSPACE + 1;
 uint64_t g_status_count[kStatuses + 1];  // the last slot: values outside the enum
 uint64_t g_calls = 0, g_ok_checked = 0;
 

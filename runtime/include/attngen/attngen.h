@@ -40,6 +40,8 @@ typedef enum attngen_status {
   ATTNGEN_ERROR_CAPACITY,           /* a KV cache cannot hold what is appended or attended */
   ATTNGEN_ERROR_OUT_OF_MEMORY,      /* the library could not allocate memory it needs */
   ATTNGEN_ERROR_ABI,                /* a kernel descriptor of an incompatible attngen build */
+  ATTNGEN_ERROR_WORKSPACE,          /* the bound workspace is too small for the call, or no size
+                                       query was made for the call's configuration */
   /* Enums are int-sized; values from C callers are checked, never trusted. */
   ATTNGEN_STATUS_FORCE_32BIT = 0x7fffffff
 } attngen_status;
@@ -297,6 +299,75 @@ typedef struct attngen_mha_decode_options {
 attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_weights* weights,
                                   attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
                                   const attngen_mha_decode_options* options);
+
+/* ---- Workspaces: calls that never allocate ----
+ *
+ * A call made while a workspace is bound on its thread takes all its scratch memory from it:
+ * the runtime's own buffers (key padding, zero biases, F32 copies of F16 / BF16 tensors, an
+ * MHA decode step's projections) and every block its kernels allocate, on whichever thread of
+ * the pool runs them. It makes no heap allocation (docs/semantics.md, "Resources": the thread
+ * pool's start, and a KV cache layer's first append, do allocate once). The workflow:
+ *
+ *   size_t bytes = 0;
+ *   attngen_attention_workspace_size(&q, &k, &v, &o, &opt, &bytes);  // once per configuration
+ *   void* ws = malloc(bytes);                                         // any alignment
+ *   attngen_set_workspace(ws, bytes);
+ *   attngen_attention(&q, &k, &v, &o, &opt);                          // no allocation
+ *
+ * A size query takes the arguments of its call (which it validates as the call does, returning
+ * the same errors) and writes no output: it runs the call's kernel on scratch outputs with its
+ * allocations measured (with full key lengths, every block of a block-sparse layout, both
+ * alignments' offsets; a decode at every cache length up to the capacity), and the runtime keeps
+ * the measurement for the call's configuration: the kernel, every tensor's shape and strides,
+ * and the options (scale, soft cap, pattern parameters, num_heads); not the data, kv_len or
+ * counts values, or a cache's length. The size covers any call of that configuration at the
+ * thread count set when it was asked (attngen_set_num_threads()) or fewer. A program that makes
+ * calls of several configurations binds the largest size asked (one workspace serves calls one
+ * at a time, on one thread).
+ *
+ * A call in a workspace that is too small for it, or of a configuration no size query of this
+ * process measured, returns ATTNGEN_ERROR_WORKSPACE before writing anything (the message says
+ * how many bytes it needs) and never falls back to the heap. Outputs are bitwise those of the
+ * call without a workspace; a parallel loop that a kernel starts inside a task holding scratch
+ * (attention's query tiles of one head) runs on that task's thread, so that the scratch stays
+ * one stack per thread: such calls use at most batch x heads threads. */
+
+/* Binds `bytes` of memory at `memory` (any alignment; kept by the caller, not touched between
+ * calls) as the workspace of the calling thread's calls, until unbound by
+ * attngen_set_workspace(NULL, 0) or replaced. Concurrent calls need a workspace each (each
+ * thread binds its own). ATTNGEN_ERROR_NULL_POINTER for NULL with bytes > 0. */
+attngen_status attngen_set_workspace(void* memory, size_t bytes);
+
+/* Workspace bytes the call with these arguments needs, in *bytes (and the measurement kept for
+ * its configuration); attngen_last_kernel() then names the kernel measured. Nothing is written:
+ * the outputs only need to be valid descriptions (their data is not touched). */
+attngen_status attngen_attention_workspace_size(const attngen_tensor* q, const attngen_tensor* k,
+                                                const attngen_tensor* v, const attngen_tensor* out,
+                                                const attngen_attention_options* options,
+                                                size_t* bytes);
+attngen_status attngen_linear_workspace_size(const attngen_tensor* x, const attngen_tensor* w,
+                                             const attngen_tensor* bias, const attngen_tensor* y,
+                                             size_t* bytes);
+attngen_status attngen_mha_workspace_size(const attngen_tensor* x,
+                                          const attngen_mha_weights* weights,
+                                          const attngen_tensor* y,
+                                          const attngen_mha_options* options, size_t* bytes);
+/* For every length the cache's layer may hold (1 to its capacity), whatever it holds now. */
+attngen_status attngen_decode_workspace_size(const attngen_tensor* q, const attngen_kv_cache* cache,
+                                             int64_t layer, const attngen_tensor* out,
+                                             const attngen_decode_options* options, size_t* bytes);
+/* Appends nothing; covers every length, as attngen_decode_workspace_size(). */
+attngen_status attngen_mha_decode_workspace_size(const attngen_tensor* x,
+                                                 const attngen_mha_weights* weights,
+                                                 const attngen_kv_cache* cache, int64_t layer,
+                                                 const attngen_tensor* y,
+                                                 const attngen_mha_decode_options* options,
+                                                 size_t* bytes);
+/* Appends nothing. */
+attngen_status attngen_kv_cache_append_workspace_size(const attngen_kv_cache* cache, int64_t layer,
+                                                      const attngen_tensor* k,
+                                                      const attngen_tensor* v,
+                                                      const attngen_tensor* counts, size_t* bytes);
 
 /* Message of the last call made on this thread ("" after success). */
 const char* attngen_last_error(void);
