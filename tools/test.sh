@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test job: build everything (with the sanitizer suite) and run every test, including the
 # assembly checks and the out-of-tree consumer of the installed package; then the aarch64 cross
-# build (NEON kernels, made by the ci build's generator) and its tests under qemu; then the C API
+# build (NEON kernels, made by the ci build's generator) and its tests under qemu; the same for
+# 32-bit ARM (ARMv7-A with NEON, armhf: the armv7 preset) under qemu-arm; then the C API
 # fuzzer for a bounded time (tools/fuzz.sh: its own clang build, kernels from the ci generator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +13,7 @@ ctest --preset ci
 cmake --preset aarch64
 cmake --build --preset aarch64
 ctest --preset aarch64
+cmake --preset armv7
+cmake --build --preset armv7
+ctest --preset armv7
 bash tools/fuzz.sh "${ATTNGEN_CI_FUZZ_SECONDS:-150}"
