@@ -33,6 +33,18 @@ TEST(TargetInfo, KnowsEachIsa) {
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
 }
 
+// Every row's Halide target is read back as that row, so the schedules size a row's kernels from
+// its own vector width and registers (the generic row's target is the build machine's, "host").
+TEST(TargetInfo, EachRowsTargetIsItsRow) {
+  for (const TargetRow& row : kTargets) {
+    if (row.isa == Isa::kGeneric) continue;
+    const TargetInfo info = target_info(Halide::Target(row.halide_target));
+    EXPECT_EQ(info.isa, row.isa) << row.name << ": " << row.halide_target;
+    EXPECT_EQ(info.vector_registers, row.vector_registers) << row.name;
+    EXPECT_LT(row.accumulators, row.vector_registers) << row.name;
+  }
+}
+
 TEST(TargetInfo, AccumulatorsFitTheRegisterFile) {
   for (const char* t : {"x86-64-linux-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake",
                         "x86-64-linux-sse41-avx-f16c-fma-avx2", "arm-64-linux", "arm-32-linux"}) {
