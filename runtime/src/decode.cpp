@@ -4,6 +4,8 @@
 // written.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -196,6 +198,20 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
                                     " heads of E / num_heads = " + std::to_string(dh));
     return finish(c, nullptr);
   }
+  // The step's projection qkv [B, t, 3E] in F32 is a tensor the linear kernel writes, so at most
+  // 2^31 - 1 bytes like every tensor a kernel addresses (y, hence x, may be up to a third of
+  // that). Checked before anything is allocated: on a 32-bit target the host buffer alone may
+  // not fit the address space.
+  int64_t qkv_bytes = 0;
+  if (!checked_mul(batch * t, 3 * embed, &qkv_bytes) || !checked_mul(qkv_bytes, 4, &qkv_bytes) ||
+      qkv_bytes > std::numeric_limits<int32_t>::max()) {
+    c.fail(ATTNGEN_ERROR_TOO_LARGE,
+           "the step's projections, B * t * 3E = " + std::to_string(batch) + " * " +
+               std::to_string(t) + " * " + std::to_string(3 * embed) +
+               " floats, would span more than 2^31 - 1 bytes, the most "
+               "a kernel can address");
+    return finish(c, nullptr);
+  }
   std::vector<int32_t> counts;
   if (!check_decode_options(c, 0.0f, options->kv_splits) ||
       !prepare_counts(c, options->counts, batch, t, counts) ||
@@ -231,8 +247,15 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
   std::vector<float> zeros((in_b == nullptr || out_b == nullptr) ? n_in : 0, 0.0f);
   const attngen_tensor zero_in = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &n_in);
   const attngen_tensor zero_out = attngen_tensor_contiguous(zeros.data(), ATTNGEN_F32, 1, &embed);
-  std::vector<float> qkv(static_cast<size_t>(batch * t * n_in));
-  std::vector<float> attn(static_cast<size_t>(batch * t * embed));
+  std::vector<float> qkv, attn;
+  try {
+    qkv.resize(static_cast<size_t>(batch * t * n_in));
+    attn.resize(static_cast<size_t>(batch * t * embed));
+  } catch (const std::bad_alloc&) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
+           "cannot allocate " + std::to_string(qkv_bytes) + " bytes for the step's projections");
+    return finish(c, nullptr);
+  }
   const int64_t qkv_shape[3] = {batch, t, n_in};
   const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv.data(), ATTNGEN_F32, 3, qkv_shape);
   attngen_tensor qkv_out = t_qkv;
