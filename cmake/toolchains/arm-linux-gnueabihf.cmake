@@ -11,8 +11,10 @@ set(CMAKE_SYSTEM_PROCESSOR armv7)
 set(CMAKE_C_COMPILER arm-linux-gnueabihf-gcc)
 set(CMAKE_CXX_COMPILER arm-linux-gnueabihf-g++)
 # Debian's armhf compiler defaults to ARMv7-A, VFPv3-D16 and Thumb-2; NEON needs -mfpu=neon.
+# -Wno-psabi: GCC notes on every std::vector<int64_t> iterator that GCC 7.1 changed how ARM
+# passes such arguments, which matters only when linking code built by GCC 6 or older.
 set(CMAKE_C_FLAGS_INIT "-march=armv7-a -mfpu=neon -mfloat-abi=hard")
-set(CMAKE_CXX_FLAGS_INIT "-march=armv7-a -mfpu=neon -mfloat-abi=hard")
+set(CMAKE_CXX_FLAGS_INIT "-march=armv7-a -mfpu=neon -mfloat-abi=hard -Wno-psabi")
 
 # Libraries and headers come from the armhf sysroot only, so nothing built for x86 is linked by
 # mistake. Packages may also come from the host: Halide's CMake package (x86, in
