@@ -113,7 +113,7 @@ set(ATTNGEN_VARIANTS
     # Generic decode: any head dims up to the bucket's (zero-padded), for the caches no
     # specialised kernel takes. (D512 on CUDA would need 64 KiB of shared memory a block.)
     "OP decode HEAD_DIM 128 GENERIC"
-    "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon"
+    "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon neon32"
     # Caches in f16, bf16 and i8 (docs/semantics.md, "Incremental decoding"), read in their type
     # and converted in registers (i8: per-slot scales on the score and the probability), with
     # f32 queries: Llama-like head dims, and a generic bucket each so that every head dim up to

@@ -622,20 +622,30 @@ bool extension_applies(const KernelVariant& v, const TargetRow& t) {
          v.pattern.kind == Pattern::kNone && v.head_dim_qk % 2 == 0;
 }
 
+namespace {
+
+// The baseline ISA of a cross build's CMAKE_SYSTEM_PROCESSOR, as toolchain files spell it:
+// NEON on aarch64 and on 32-bit ARM (armhf, ARMv7-A), SSE4.1 on x86-64; the generic row for any
+// other processor.
+Isa cross_baseline(const std::string& processor) {
+  if (processor == "aarch64" || processor == "arm64") return Isa::kNeon;
+  if (processor == "arm" || processor == "armv7" || processor == "armv7l" ||
+      processor == "armv7-a" || processor == "armhf") {
+    return Isa::kNeon32;
+  }
+  if (processor == "x86_64" || processor == "AMD64") return Isa::kSse41;
+  return Isa::kGeneric;
+}
+
+}  // namespace
+
 const TargetRow& host_target(const std::string& cross_processor) {
+  if (!cross_processor.empty()) return target_row(cross_baseline(cross_processor));
   const TargetRow* best = &target_row(Isa::kGeneric);
   for (const TargetRow& t : kTargets) {
     // Extension rows build some dtypes only: `host` is always a base ISA.
     if (t.preference <= best->preference || *t.extends != '\0') continue;
-    const bool arm = std::string(t.arch) == "aarch64";
-    const bool runs =
-        cross_processor.empty()
-            ? machine_runs(t, [] { return false; })
-            // A cross build: the processor's baseline ISA (NEON on aarch64; SSE4.1 on x86-64).
-            : (arm ? (cross_processor == "aarch64" || cross_processor == "arm64")
-                   : (cross_processor == "x86_64" || cross_processor == "AMD64") &&
-                         t.isa == Isa::kSse41);
-    if (runs) best = &t;
+    if (machine_runs(t, [] { return false; })) best = &t;
   }
   return *best;
 }

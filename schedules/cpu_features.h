@@ -7,7 +7,7 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
-#if defined(__aarch64__) && defined(__linux__)
+#if (defined(__aarch64__) || defined(__arm__)) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
 
@@ -42,6 +42,14 @@ inline bool cpu_feature(std::string_view f) {
   // ARMv8.2-A half-precision arithmetic: HWCAP_ASIMDHP (Linux's asm/hwcap.h).
   if (f == "asimdhp") return (getauxval(AT_HWCAP) & (1UL << 10)) != 0;
   return f == "aarch64";
+#elif defined(__arm__)
+  // 32-bit ARM: "arm" for any such process; NEON is HWCAP_NEON (bit 12 of AT_HWCAP, Linux's
+  // arch/arm asm/hwcap.h). An armhf system may run on a core without NEON (Tegra 2): dispatch
+  // then never runs a neon32 kernel, and a call returns a named error instead of SIGILL.
+#if defined(__linux__)
+  if (f == "neon") return (getauxval(AT_HWCAP) & (1UL << 12)) != 0;
+#endif
+  return f == "arm";
 #else
   (void)f;
   return false;

@@ -200,6 +200,7 @@ void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const T
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
+    case Isa::kNeon32:
     case Isa::kSse41:
       if (spec.bf16_pairs) {
         schedule_attention_bf16_pairs(f, spec, info, resolve(tunables, spec, info));
@@ -242,6 +243,7 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
+    case Isa::kNeon32:
     case Isa::kSse41:
       schedule_linear_simd(f, info, resolve(tunables, info));
       return;
@@ -313,6 +315,7 @@ void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
+    case Isa::kNeon32:
     case Isa::kSse41:
       schedule_decode_simd(f, spec, info, tunables);
       return;

@@ -21,6 +21,8 @@ TargetInfo target_info(const Halide::Target& t) {
     isa = Isa::kNeonFp16;
   } else if (t.arch == T::ARM && t.bits == 64) {
     isa = Isa::kNeon;
+  } else if (t.arch == T::ARM && t.bits == 32 && !t.has_feature(T::NoNEON)) {
+    isa = Isa::kNeon32;
   }
   const TargetRow& row = target_row(isa);
   TargetInfo info;

@@ -9,7 +9,7 @@
 
 namespace attngen {
 
-enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kAvx512Bf16, kNeon, kNeonFp16, kCuda };
+enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kAvx512Bf16, kNeon, kNeonFp16, kNeon32, kCuda };
 
 struct TargetRow {
   Isa isa;
@@ -25,8 +25,9 @@ struct TargetRow {
   // operands it loads and broadcasts each step.
   int accumulators;
   // What this machine must have to run the kernels, space separated: x86 CPU features as
-  // __builtin_cpu_supports spells them, "aarch64" for any 64-bit ARM, "cuda" for a CUDA device,
-  // "" for anything.
+  // __builtin_cpu_supports spells them, "aarch64" for any 64-bit ARM, "arm" for any 32-bit ARM
+  // process (never an aarch64 one), ARM features as Linux's /proc/cpuinfo spells them ("asimdhp",
+  // "neon"), "cuda" for a CUDA device, "" for anything.
   const char* requires_features;
   // Dispatch preference among the ISAs a machine runs (higher wins); -1: never chosen on its own,
   // only when forced (a GPU kernel copies host buffers on every call).
@@ -56,6 +57,18 @@ inline constexpr TargetRow kTargets[] = {
     // f16 kernels with ARMv8.2-A half-precision arithmetic (fmla on .8h vectors).
     {Isa::kNeonFp16, "neonfp16", "aarch64", "arm-64-linux-arm_fp16", "arm-64-linux", 16, 32, 24,
      "aarch64 asimdhp", 6, "fmla[^\n]*v[0-9]+\\.8h", "neon", "f16"},
+    // 32-bit ARM (ARMv7-A, hard float: Debian's armhf) with NEON: 16 q registers of 128 bits.
+    // Halide's arm-32 target is LLVM's cortex-a9 with +neon (VFPv3-D32 and NEON, what
+    // -mfpu=neon means to GCC): no VFPv4, so no fused vfma, and LLVM's cortex-a9 tuning splits
+    // a multiply-add into vmul.f32 and vadd.f32 on q registers (the signature: f32 products in
+    // q registers). No extra Halide features: ARMv7s is Apple's Swift core, ARMFp16 (f16
+    // arithmetic) needs ARMv8.2-A; Halide converts f16 in integer code here (no F16C or FP16
+    // hardware on the target). The name is not "neon", which names the aarch64 row.
+    {Isa::kNeon32, "neon32", "armv7", "arm-32-linux", "arm-32-linux", 16, 16, 12, "arm neon", 3,
+     "\tv(mla|mul)\\.f32\tq[0-9]+", "", "",
+     // cortex-a9 also has the VFPv3 half-precision conversions, which NEON cores such as the
+     // Cortex-A8 lack and no HWCAP reports: the kernels must not use them.
+     "\tvcvt[bt]?\\.f(16\\.f32|32\\.f16)[\t ]"},
     {Isa::kAvx512, "avx512", "x86_64",
      ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake", ATTNGEN_X86_64, 64, 32, 24,
      "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma", 4, "vfmadd[0-9]+ps[^\n]*zmm"},

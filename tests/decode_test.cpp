@@ -326,6 +326,24 @@ TEST_F(DecodeValidation, CreateOptions) {
   EXPECT_EQ(attngen_kv_cache_storage_size(&bad, &bytes), ATTNGEN_ERROR_TOO_LARGE);
   EXPECT_EQ(attngen_kv_cache_storage_size(&o, nullptr), ATTNGEN_ERROR_NULL_POINTER);
   attngen_kv_cache_destroy(nullptr);  // a no-op
+  // Each layer within a kernel's 2^31 - 1 bytes, the whole storage past a 32-bit size_t: 4
+  // layers of 1 GiB are a size on 64-bit targets and ATTNGEN_ERROR_TOO_LARGE on 32-bit ones.
+  attngen_kv_cache_options big = o;
+  big.layers = 4;
+  big.batch = big.heads_kv = 1;
+  big.head_dim_qk = big.head_dim_v = 128;
+  big.capacity = int64_t{1} << 20;  // (128 + 128) * 4 bytes a slot: 1 GiB a layer
+  big.window = -1;
+  big.dtype = ATTNGEN_F32;
+  bytes = 0;
+  if (sizeof(size_t) >= 8) {
+    EXPECT_EQ(attngen_kv_cache_storage_size(&big, &bytes), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(static_cast<uint64_t>(bytes), uint64_t{4} << 30);
+  } else {
+    EXPECT_EQ(attngen_kv_cache_storage_size(&big, &bytes), ATTNGEN_ERROR_TOO_LARGE);
+    EXPECT_NE(std::string(attngen_last_error()).find("exceeds size_t"), std::string::npos)
+        << attngen_last_error();
+  }
 }
 
 TEST_F(DecodeValidation, AppendErrors) {

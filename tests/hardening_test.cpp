@@ -44,8 +44,40 @@ bool mentions(const std::string& needle) {
 
 // ---- Finding 3: attngen_pattern_attends is defined for every input ----
 
-// The patterns' definitions (attngen.h) in 128-bit integers: the answer for any int64 input.
+// The patterns' definitions (attngen.h) for any int64 input, written independently of the
+// runtime's arithmetic: every definition is a comparison of d = pos - j with a parameter, and d
+// is the 64-bit wrapped difference plus the wrap, 2^64 times the sign of pos where it overflows
+// (then |d| >= 2^63 exceeds every parameter). Portable to 32-bit targets (no __int128).
 int reference_attends(const attngen_pattern& p, int64_t pos, int64_t j) {
+  int64_t wrapped;
+  const bool wraps = __builtin_sub_overflow(pos, j, &wrapped);
+  // d <= c and d >= c for an int32 c; |d| < c, |d| <= c for c >= 0; d mod s == 0 for s > 0.
+  const auto at_most = [&](int64_t c) { return wraps ? pos < 0 : wrapped <= c; };
+  const auto at_least = [&](int64_t c) { return wraps ? pos >= 0 : wrapped >= c; };
+  const auto abs_below = [&](int64_t c) { return !wraps && wrapped > -c && wrapped < c; };
+  const auto multiple = [&](int64_t s) {
+    // d = wrapped + k * 2^64 (k = 0, 1 or -1): its remainder from the two terms' remainders.
+    const int64_t two64_mod =
+        static_cast<int64_t>((~uint64_t{0}) % static_cast<uint64_t>(s) + 1) % s;
+    const int64_t k = !wraps ? 0 : pos >= 0 ? 1 : -1;
+    return ((wrapped % s) + k * two64_mod) % s == 0;
+  };
+  switch (p.kind) {
+    case ATTNGEN_PATTERN_WINDOW:  // pos - left <= j <= pos + right
+      return (p.window_left < 0 || at_most(p.window_left)) &&
+             (p.window_right < 0 || at_least(-int64_t{p.window_right}));
+    case ATTNGEN_PATTERN_STRIDED:
+      return abs_below(p.stride) || multiple(p.stride);
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      return abs_below(int64_t{p.local} + 1) || j < p.global_tokens || pos < p.global_tokens;
+    default:
+      return -1;
+  }
+}
+
+#if defined(__SIZEOF_INT128__)
+// The same definitions in 128-bit integers, where the compiler has them: the reference's check.
+int reference_attends_128(const attngen_pattern& p, int64_t pos, int64_t j) {
   const __int128 d = static_cast<__int128>(pos) - j;
   const __int128 a = d < 0 ? -d : d;
   switch (p.kind) {
@@ -60,6 +92,7 @@ int reference_attends(const attngen_pattern& p, int64_t pos, int64_t j) {
       return -1;
   }
 }
+#endif
 
 TEST(HardeningPattern, ExtremePositionsAnswerCorrectly) {
   attngen_pattern window{};
@@ -86,6 +119,9 @@ TEST(HardeningPattern, ExtremePositionsAnswerCorrectly) {
       for (int64_t j : values) {
         SCOPED_TRACE("kind " + std::to_string(p.kind) + " p " + std::to_string(pos) + " j " +
                      std::to_string(j));
+#if defined(__SIZEOF_INT128__)
+        ASSERT_EQ(reference_attends(p, pos, j), reference_attends_128(p, pos, j));
+#endif
         ASSERT_EQ(attngen_pattern_attends(&p, pos, 0, j), reference_attends(p, pos, j));
         ++checked;
       }

@@ -19,14 +19,35 @@ TEST(TargetInfo, KnowsEachIsa) {
   const TargetInfo neon = target_info(Halide::Target("arm-64-linux"));
   EXPECT_EQ(neon.isa, Isa::kNeon);
   EXPECT_EQ(neon.f32_lanes, 4);
+  EXPECT_EQ(neon.vector_registers, 32);
+  // 32-bit ARM: NEON's 16 q registers, never the aarch64 rows (no FP16 arithmetic on ARMv7).
+  const TargetInfo neon32 = target_info(Halide::Target("arm-32-linux"));
+  EXPECT_EQ(neon32.isa, Isa::kNeon32);
+  EXPECT_EQ(neon32.f32_lanes, 4);
+  EXPECT_EQ(neon32.vector_registers, 16);
+  EXPECT_STREQ(isa_name(Isa::kNeon32), "neon32");
+  EXPECT_EQ(target_info(Halide::Target("arm-32-linux-arm_fp16")).isa, Isa::kNeon32);
+  EXPECT_EQ(target_info(Halide::Target("arm-32-linux-no_neon")).isa, Isa::kGeneric);
   EXPECT_EQ(target_info(Halide::Target("x86-64-linux-cuda")).isa, Isa::kCuda);
   EXPECT_EQ(target_info(Halide::Target("x86-32-linux")).isa, Isa::kGeneric);
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
 }
 
+// Every row's Halide target is read back as that row, so the schedules size a row's kernels from
+// its own vector width and registers (the generic row's target is the build machine's, "host").
+TEST(TargetInfo, EachRowsTargetIsItsRow) {
+  for (const TargetRow& row : kTargets) {
+    if (row.isa == Isa::kGeneric) continue;
+    const TargetInfo info = target_info(Halide::Target(row.halide_target));
+    EXPECT_EQ(info.isa, row.isa) << row.name << ": " << row.halide_target;
+    EXPECT_EQ(info.vector_registers, row.vector_registers) << row.name;
+    EXPECT_LT(row.accumulators, row.vector_registers) << row.name;
+  }
+}
+
 TEST(TargetInfo, AccumulatorsFitTheRegisterFile) {
   for (const char* t : {"x86-64-linux-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake",
-                        "x86-64-linux-sse41-avx-f16c-fma-avx2", "arm-64-linux"}) {
+                        "x86-64-linux-sse41-avx-f16c-fma-avx2", "arm-64-linux", "arm-32-linux"}) {
     const TargetInfo info = target_info(Halide::Target(t));
     EXPECT_LT(info.accumulators, info.vector_registers) << t;
   }

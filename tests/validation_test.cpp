@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -11,6 +12,8 @@
 #include "HalideRuntime.h"
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "schedules/cpu_features.h"
+#include "schedules/targets.h"
 #include "tests/attention_call.h"
 #include "tests/tensor.h"
 
@@ -277,6 +280,43 @@ TEST_F(AttentionValidation, UnsupportedTarget) {
   // Registering the same name twice is refused.
   EXPECT_EQ(attngen_register_kernel(&info), ATTNGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(attngen_register_kernel(nullptr), ATTNGEN_ERROR_NULL_POINTER);
+}
+
+// Dispatch and attngen_set_isa() never take a row of another architecture's (on 32-bit ARM the
+// aarch64 rows neon and neonfp16 are refused like the x86 ones), and every built-in kernel this
+// machine runs is of its architecture.
+TEST(TargetRows, OnlyThisArchitecturesRowsRun) {
+#if defined(__x86_64__)
+  const char* arch = "x86_64";
+#elif defined(__aarch64__)
+  const char* arch = "aarch64";
+#elif defined(__arm__)
+  const char* arch = "armv7";
+#else
+  GTEST_SKIP() << "the target table has no row for this architecture";
+#endif
+  for (const TargetRow& t : kTargets) {
+    if (t.isa == Isa::kGeneric || !std::strcmp(t.arch, arch)) continue;
+    EXPECT_EQ(attngen_set_isa(t.name), ATTNGEN_ERROR_UNSUPPORTED_TARGET) << t.name;
+  }
+  ASSERT_EQ(attngen_set_isa(nullptr), ATTNGEN_OK);
+  const TargetRow* preferred = find_target(attngen_isa());
+  ASSERT_NE(preferred, nullptr) << attngen_isa();
+  if (preferred->isa != Isa::kGeneric) {
+    EXPECT_STREQ(preferred->arch, arch) << preferred->name;
+  }
+#if defined(__arm__)
+  // NEON (HWCAP_NEON) where the CPU has it, as qemu-arm's default CPU does.
+  if (cpu_feature("neon")) {
+    EXPECT_STREQ(attngen_isa(), "neon32");
+  }
+#endif
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    const TargetRow* row = find_target(k->isa);
+    if (row == nullptr || row->isa == Isa::kGeneric || !attngen_kernel_supported(k)) continue;
+    EXPECT_STREQ(row->arch, arch) << k->name;
+  }
 }
 
 // A descriptor of another ABI version, or of an older, smaller struct, is refused by name and

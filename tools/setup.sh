@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev libopenblas-dev
           clang-format libpng-dev nlohmann-json3-dev
           g++-aarch64-linux-gnu qemu-user-static  # the aarch64 cross build and its tests
+          g++-arm-linux-gnueabihf  # the 32-bit ARM (armv7) cross build, tested under qemu-arm
           clang libclang-rt-14-dev)  # the fuzzer (libFuzzer, tools/fuzz.sh)
 missing=()
 for p in "${packages[@]}"; do

@@ -4,6 +4,8 @@
 // written.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -261,6 +263,20 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
                                     std::to_string(o.head_dim_v) +
                                     ", expected num_heads = " + std::to_string(heads) +
                                     " heads of E / num_heads = " + std::to_string(dh));
+    return finish(c, nullptr);
+  }
+  // The step's projection qkv [B, t, 3E] in F32 is a tensor the linear kernel writes, so at most
+  // 2^31 - 1 bytes like every tensor a kernel addresses (y, hence x, may be up to a third of
+  // that). Checked before anything is allocated: on a 32-bit target the host buffer alone may
+  // not fit the address space.
+  int64_t qkv_bytes = 0;
+  if (!checked_mul(batch * t, 3 * embed, &qkv_bytes) || !checked_mul(qkv_bytes, 4, &qkv_bytes) ||
+      qkv_bytes > std::numeric_limits<int32_t>::max()) {
+    c.fail(ATTNGEN_ERROR_TOO_LARGE,
+           "the step's projections, B * t * 3E = " + std::to_string(batch) + " * " +
+               std::to_string(t) + " * " + std::to_string(3 * embed) +
+               " floats, would span more than 2^31 - 1 bytes, the most "
+               "a kernel can address");
     return finish(c, nullptr);
   }
   int32_t* counts = scratch.array<int32_t>(c, static_cast<size_t>(batch), "the counts");

@@ -125,7 +125,8 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
       }
       n *= f;
     }
-    if (static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / 2 / o.layers) {
+    if (static_cast<uint64_t>(n) >
+        std::numeric_limits<size_t>::max() / 2 / static_cast<uint64_t>(o.layers)) {
       return c.fail(ATTNGEN_ERROR_TOO_LARGE, "the cache's storage exceeds size_t");
     }
   }

@@ -1,8 +1,9 @@
 // Sparse attention patterns on the host side, for tools that draw or count them: the
 // definitions of generator/pattern.h, which the kernels evaluate in generated code. Every input
-// is defined: positions are evaluated in 128-bit integers (no int64 overflow at either end), a
-// pattern whose parameters a call would reject answers 0, and a block-sparse layout is checked
-// like any tensor argument before an entry is read.
+// is defined: positions are evaluated exactly (no int64 overflow at either end, in 64-bit
+// arithmetic: 32-bit targets have no __int128), a pattern whose parameters a call would reject
+// answers 0, and a block-sparse layout is checked like any tensor argument before an entry is
+// read.
 #include "generator/pattern.h"
 
 #include <cstdint>
@@ -12,14 +13,47 @@
 
 namespace attngen {
 
-// Positions of int64 inputs and int32 parameters: p - j, p - left and p + right all fit.
-using Wide = __int128;
+// An integer of magnitude below 2^64, held as its sign and magnitude: exact for every value the
+// definitions form from int64 positions and int32 parameters (p - j, p - left, p + right all lie
+// in (-2^64, 2^64)). A sum past 2^64 (which the definitions never form) saturates, keeping its
+// sign, so comparisons with int64 and int32 values still answer as the exact sum would.
+class Wide {
+ public:
+  Wide(int64_t v)  // implicit: the definitions mix positions with int parameters
+      : Wide(v < 0, v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v)) {}
+
+  friend Wide operator+(Wide a, Wide b) {
+    if (a.neg_ == b.neg_) {
+      uint64_t m;
+      if (__builtin_add_overflow(a.mag_, b.mag_, &m)) m = UINT64_MAX;
+      return Wide(a.neg_, m);
+    }
+    return a.mag_ >= b.mag_ ? Wide(a.neg_, a.mag_ - b.mag_) : Wide(b.neg_, b.mag_ - a.mag_);
+  }
+  friend Wide operator-(Wide a, Wide b) { return a + Wide(!b.neg_, b.mag_); }
+  // C++'s truncating remainder (the sign of a), for b != 0.
+  friend Wide operator%(Wide a, Wide b) { return Wide(a.neg_, a.mag_ % b.mag_); }
+  friend bool operator<(Wide a, Wide b) {
+    if (a.neg_ != b.neg_) return a.neg_;
+    return a.neg_ ? a.mag_ > b.mag_ : a.mag_ < b.mag_;
+  }
+  friend bool operator>(Wide a, Wide b) { return b < a; }
+  friend bool operator<=(Wide a, Wide b) { return !(b < a); }
+  friend bool operator>=(Wide a, Wide b) { return !(a < b); }
+  friend bool operator==(Wide a, Wide b) { return a.neg_ == b.neg_ && a.mag_ == b.mag_; }
+  Wide abs() const { return Wide(false, mag_); }
+
+ private:
+  Wide(bool neg, uint64_t mag) : neg_(neg && mag != 0), mag_(mag) {}  // one zero, never -0
+  bool neg_;
+  uint64_t mag_;
+};
 
 template <>
 struct PatternOps<Wide> {
   using Bool = bool;
   static bool always() { return true; }
-  static Wide abs(Wide x) { return x < 0 ? -x : x; }
+  static Wide abs(Wide x) { return x.abs(); }
   static bool side(int param, bool cond, bool otherwise) { return param >= 0 ? cond : otherwise; }
 };
 
