@@ -1,7 +1,10 @@
 #include "tests/attention_tester.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 namespace attngen::test {
@@ -122,7 +125,20 @@ void AttentionTester::make_inputs(Call& c, std::mt19937_64& rng) const {
   }
   if (negative_dots_) {
     c.q.fill_random(rng, 0.1, 1.0);
-    c.k.fill_random(rng, -1.0, -0.1);
+    std::uniform_real_distribution<double> dir(0.1, 1.0);
+    std::vector<int64_t> rank(static_cast<size_t>(skv_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t h = 0; h < hkv_; ++h) {
+        std::vector<double> u(static_cast<size_t>(dqk_));
+        for (double& x : u) x = dir(rng);
+        std::iota(rank.begin(), rank.end(), 0);
+        std::shuffle(rank.begin(), rank.end(), rng);
+        for (int64_t j = 0; j < skv_; ++j) {
+          const double f = 1.0 + static_cast<double>(rank[static_cast<size_t>(j)]) / 20.0;
+          for (int64_t d = 0; d < dqk_; ++d) c.k.set({b, j, h, d}, -f * u[static_cast<size_t>(d)]);
+        }
+      }
+    }
   }
   c.tq = c.q.t();
   c.tk = c.k.t();

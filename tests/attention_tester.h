@@ -75,8 +75,11 @@ class AttentionTester {
     integer_ = n;
     return *this;
   }
-  // q in [0.1, 1) and k in [-1, -0.1): every q.k is negative (with a large scale, every score is
-  // very negative: scores, not masks).
+  // q in [0.1, 1) and k[j] = -(1 + r_j / 20) * u with u in [0.1, 1) per (batch, kv head) and the
+  // r_j a random permutation of the keys: every q.k is negative (with a large scale, every score is
+  // very negative: scores, not masks), and the scores of a row are 5% apart, so that which key
+  // wins (the softmax is one-hot at such a scale) does not hang on the f32 rounding of a near-tie
+  // (random keys tied within it, at f16 resolution, about once in a thousand runs).
   AttentionTester& negative_dots(bool n = true) {
     negative_dots_ = n;
     return *this;
