@@ -127,7 +127,11 @@ void* pvalloc(size_t n) {
 }
 void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   note_allocation(length);
+#if defined(SYS_mmap)
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
+#else  // 32-bit ARM: mmap2 takes the offset in 4096-byte units
+  return reinterpret_cast<void*>(syscall(SYS_mmap2, addr, length, prot, flags, fd, offset / 4096));
+#endif
 }
 }  // extern "C"
 #endif
