@@ -36,6 +36,9 @@ struct DecodeSpec {
   // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the cache's
   // are DecodeInputs::dqk / dv, padded with zeros up to these).
   bool generic = false;
+  // The target flushes subnormal f32 operands to zero (32-bit NEON always does): f16 K/V are
+  // then widened without f32 arithmetic on subnormals.
+  bool flushes_subnormals = false;
 };
 
 struct DecodeInputs {

@@ -52,6 +52,7 @@ class Decode : public Generator<Decode> {
 
   void generate() {
     attngen::DecodeSpec spec = attngen::decode_spec(v_);
+    spec.flushes_subnormals = get_target().arch == Halide::Target::ARM && get_target().bits == 32;
     const attngen::DecodeTunables tunables =
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 

@@ -118,6 +118,13 @@ TEST_P(DecodeKernel, NonFiniteInputs) {
   }
 }
 
+// An f16 cache of subnormal halves only (K, V < 2^-14): read as f32 exactly, whatever the
+// target does with subnormal f32 operands (32-bit NEON flushes them to zero).
+TEST_P(DecodeKernel, SubnormalHalves) {
+  base(2, 4, 2).prefill(5).new_tokens(2).steps(3).tiny_kv().Test(GetParam());
+  base(1, 2, 1).cached(70).steps(2).tiny_kv().Test(GetParam());
+}
+
 TEST_P(DecodeKernel, BatchOfDifferentLengths) {
   // Prompts of 5, 12 and 1 tokens appended in one call (counts), then token by token until
   // each sequence is complete; finished sequences append and attend nothing (counts 0), and

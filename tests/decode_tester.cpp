@@ -122,6 +122,7 @@ std::string DecodeTester::describe() const {
   if (realistic_) s += " realistic";
   if (raw_) s += " raw";
   if (nonfinite_) s += " nonfinite";
+  if (tiny_) s += " tiny";
   return s;
 }
 
@@ -213,6 +214,12 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
     r.q.fill_random(rng, -1.0, 1.0);
     r.k.fill_random(rng, -1.0, 1.0);
     r.v.fill_random(rng, -1.0, 1.0);
+  }
+  if (tiny_) {
+    for (Storage* s : {&r.k, &r.v}) {
+      for (float& x : s->buf) x = std::ldexp(x, -16);
+    }
+    for (float& x : r.q.buf) x = std::ldexp(x, 16);
   }
   if (nonfinite_) {
     const double values[3] = {std::numeric_limits<double>::quiet_NaN(),

@@ -121,6 +121,13 @@ class DecodeTester {
     nonfinite_ = true;
     return *this;
   }
+  // K and V scaled by 2^-16 and q by 2^16 (the scores as before): in an f16 cache every K and V
+  // element is then a subnormal half (|x| < 2^-14), which targets that flush subnormal f32
+  // operands (32-bit NEON) must still widen exactly.
+  DecodeTester& tiny_kv() {
+    tiny_ = true;
+    return *this;
+  }
   // Where Test() reports the error it measured (relative L2, max abs / max|V|).
   DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
     report_rel_ = rel_l2;
@@ -162,7 +169,7 @@ class DecodeTester {
   int64_t window_ = -1, capacity_ = 0, layers_ = 1, layer_ = 0, pad_ = 0;
   int32_t kv_splits_ = 0;
   attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
-  bool raw_ = false, realistic_ = false, nonfinite_ = false;
+  bool raw_ = false, realistic_ = false, nonfinite_ = false, tiny_ = false;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;
   double *report_rel_ = nullptr, *report_abs_ = nullptr;
 };
