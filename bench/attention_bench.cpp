@@ -13,9 +13,15 @@
 // and attngen_mha/B4_S512_E768_H12 (the MHA layer, automatic choice). --threads=N (default: one
 // per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
 // bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
-// Always registered: decode/... (attngen_decode over a KV cache, GB/s of K and V read),
-// stream_read/... (a streaming read of as many bytes, the memory's ceiling, in the same run) and
-// decode_splits/... (split-KV against one task per kv head, on 2 threads).
+// Always registered: the machine's ceilings (bench/ceilings.h): ceiling/fma_peak/<isa>/threads<n>
+// (independent FMAs, GFLOP/s, on one thread and on the run's), openblas_sgemm/2048 (labelled
+// with the OpenBLAS core that ran; where OpenBLAS picks a core below this CPU's, attngen_bench
+// runs itself again with OPENBLAS_CORETYPE set, --openblas_core=keep: not), decode/l3/... and
+// decode/dram/... (attngen_decode over a KV cache that stays in L3 and one that does not, GB/s of
+// K and V read) each next to stream_read/<l3|dram>/... (a vectorised streaming read of as many
+// bytes, the memory's ceiling, in the same run), decode/<L2-resident shape>,
+// decode_cache/<dtype>/... next to stream_cache/<dtype>/..., and decode_splits/... (split-KV
+// against one task per kv head, on 2 threads).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -35,6 +41,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "ceilings.h"
 
 namespace {
 
@@ -189,8 +196,9 @@ void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mas
   set_gflops(state, proj + attn);
 }
 
-// The ceiling: single-precision GEMM n x n x n.
-void sgemm(benchmark::State& state) {
+// The matmul ceiling: single-precision GEMM n x n x n (label: the OpenBLAS core that ran, and
+// whether it is below the one this CPU would be served by).
+void sgemm(benchmark::State& state, const attngen::bench::BlasCore& core) {
   const int n = static_cast<int>(state.range(0));
   std::vector<float> a = random_vector(size_t(n) * n, 1), b = random_vector(size_t(n) * n, 2);
   std::vector<float> c(size_t(n) * n);
@@ -200,6 +208,8 @@ void sgemm(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
   }
   set_gflops(state, 2.0 * n * n * n);
+  state.SetLabel("core " + core.running + " (" + core.how + ")" +
+                 (core.wrong ? ", below this CPU's " + core.for_cpu + ": not the ceiling" : ""));
 }
 
 // ---- Shapes of real models, attngen with automatic choice, and the composed OpenBLAS peer ----
@@ -336,43 +346,35 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
   attngen_kv_cache_destroy(cache);
 }
 
-// The memory system's streaming read rate: `threads` threads sum disjoint slices of a buffer
-// as large as the decode's K and V (larger than the last-level cache), 64-bit words.
-void stream_read(benchmark::State& state, double bytes, int threads) {
-  std::vector<uint64_t> buf(static_cast<size_t>(bytes / sizeof(uint64_t)));
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
-  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);  // a cache line per thread
-  const size_t slice = buf.size() / threads;
-  auto sum = [&](int t) {
-    const uint64_t* p = buf.data() + t * slice;
-    uint64_t acc = 0;
-    for (size_t i = 0; i < slice; ++i) acc += p[i];
-    sums[static_cast<size_t>(t) * 8] = acc;
-  };
-  for (auto _ : state) {
-    std::vector<std::thread> helpers;
-    for (int t = 1; t < threads; ++t) helpers.emplace_back(sum, t);
-    sum(0);
-    for (std::thread& h : helpers) h.join();
-    benchmark::DoNotOptimize(sums.data());
-  }
-  set_bandwidth(state, static_cast<double>(slice * threads * sizeof(uint64_t)));
+// Llama-style GQA (32 query heads over 8 kv heads, D128), one query over a cache of about
+// `bytes` of f32 K and V.
+DecodeShape llama_of_bytes(size_t bytes) {
+  DecodeShape s{1, 1, 32, 8, 128, 0};
+  s.skv = std::max<int64_t>(1, static_cast<int64_t>(bytes / (s.hkv * s.d * 2 * sizeof(float))));
+  return s;
 }
 
 void register_decode() {
-  // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over an 8k cache.
   const DecodeShape llama{1, 1, 32, 8, 128, 8192};
   const auto add = [](const std::string& name, auto fn, auto... args) {
     benchmark::RegisterBenchmark(name.c_str(), fn, args...)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   };
-  add("decode/" + describe(llama), decode, llama, 0, 0, ATTNGEN_F32);
+  // The decode's ceilings (bench/ceilings.h): a cache that stays in L3 and one that does not,
+  // each next to a streaming read of its bytes.
+  const std::pair<const char*, DecodeShape> resident_and_dram[] = {
+      {"l3", llama_of_bytes(attngen::bench::l3_resident_bytes())},
+      {"dram", llama_of_bytes(attngen::bench::dram_bytes())}};
+  for (const auto& [where, s] : resident_and_dram) {
+    add(std::string("decode/") + where + "/" + describe(s), decode, s, 0, 0, ATTNGEN_F32);
+    add(std::string("stream_read/") + where + "/" +
+            std::to_string(static_cast<int64_t>(kv_bytes(s)) >> 20) + "MiB",
+        attngen::bench::stream_read, kv_bytes(s), g_threads);
+  }
   // The same heads over a cache that fits in L2: the kernel's compute rate, not memory's.
   const DecodeShape resident{1, 1, 32, 8, 128, 128};
   add("decode/" + describe(resident), decode, resident, 0, 0, ATTNGEN_F32);
-  add("stream_read/" + std::to_string(static_cast<int64_t>(kv_bytes(llama)) >> 20) + "MiB",
-      stream_read, kv_bytes(llama), g_threads);
   // Caches of each dtype, each next to a streaming read of its own bytes (the ratios of
   // bench/RESULTS.md, "Decode over f16, bf16 and i8 caches").
   const std::pair<attngen_dtype, const char*> dtypes[] = {
@@ -381,7 +383,7 @@ void register_decode() {
     add(std::string("decode_cache/") + word + "/" + describe(llama), decode, llama, 0, 0, dtype);
     add(std::string("stream_cache/") + word + "/" +
             std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
-        stream_read, kv_bytes(llama, dtype), g_threads);
+        attngen::bench::stream_read, kv_bytes(llama, dtype), g_threads);
   }
   // Split-KV against one task per (sequence, kv head), on 2 threads: with 8 kv heads, and with
   // multi-query attention (1 kv head), where without splits one thread has all the work.
@@ -550,7 +552,9 @@ void register_generic_price() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attngen::bench::select_openblas_core(argc, argv);
   // Our flags go before benchmark::Initialize, which rejects flags it does not know.
+  take_flag("openblas_core", &argc, argv);
   std::vector<std::string> shape_lists = take_flag("shapes", &argc, argv);
   const std::vector<std::string> threads = take_flag("threads", &argc, argv);
   if (shape_lists.empty() && std::getenv("ATTNGEN_SHAPES") != nullptr) {
@@ -569,10 +573,32 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("threads", std::to_string(g_threads));
   benchmark::AddCustomContext("attngen_isa", attngen_isa());
 
-  benchmark::RegisterBenchmark("openblas_sgemm", sgemm)
+  const attngen::bench::BlasCore core = attngen::bench::openblas_core();
+  benchmark::AddCustomContext("openblas_core", core.running);
+  benchmark::AddCustomContext("openblas_core_for_cpu", core.for_cpu);
+  benchmark::AddCustomContext("openblas_core_chosen_by", core.how);
+  benchmark::AddCustomContext("openblas_core_ok", core.wrong ? "no" : "yes");
+  if (core.wrong) {
+    std::fprintf(stderr,
+                 "attngen_bench: OpenBLAS runs its %s core on a CPU its %s core serves: sgemm is "
+                 "not this machine's ceiling (compare with ceiling/fma_peak)\n",
+                 core.running.c_str(), core.for_cpu.c_str());
+  }
+  benchmark::RegisterBenchmark("openblas_sgemm", sgemm, core)
       ->Arg(2048)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  // The arithmetic's ceiling: every FMA ISA of this CPU, on one thread and on the run's.
+  for (const attngen::bench::FmaIsa& isa : attngen::bench::fma_isas()) {
+    for (int t : {1, g_threads}) {
+      const std::string name =
+          std::string("ceiling/fma_peak/") + isa.name + "/threads" + std::to_string(t);
+      benchmark::RegisterBenchmark(name.c_str(), attngen::bench::fma_peak, isa.name, t)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (g_threads == 1) break;
+    }
+  }
   register_decode();
   if (!shape_lists.empty()) {
     std::vector<ModelShape> shapes;
