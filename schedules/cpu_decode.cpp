@@ -17,11 +17,14 @@
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key.
-//  - stage_block (f32 caches, see plan_decode): the block's slots are first copied as they are
-//    stored, K and V of each slot in memory order, so the memory sees one sequential stream
-//    instead of the K halves of 64 slots and then their V halves.
-//  - Key blocks (plan_decode): 64 keys for f32 caches, 128 for f16, bf16 and i8 (5% faster for
-//    f16 and i8; the per-block work, softmax merge included, over twice the keys).
+//  - Key blocks of 128 keys for every cache type, read where they are in the cache (plan_decode).
+//    stage_block = 1 (a tunable) copies each block's slots as stored first, K and V of each slot
+//    in memory order, so that the memory sees one sequential stream instead of the K halves of
+//    the block's slots and then their V halves: measured 1.2x faster for f32 caches on a 2-core
+//    EPYC VM, but 1.06-1.6x slower at L3-resident and 1.07-1.14x at DRAM-sized caches on a
+//    Sapphire-Rapids-class one (64-key blocks copied against 128-key blocks read in place,
+//    bench/RESULTS.md "Decode: blocks read in place"), where the 64 KiB copy does not fit the
+//    48 KiB L1 and no load is in flight while a block is computed.
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
 // Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
@@ -33,8 +36,11 @@
 // to convert, Halide 14 having no F16C cast). Tried and dropped: a second reduction level that
 // sums the tile's rows side by side before the horizontal step (LLVM spilled the partial sums
 // and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k iteration (no better),
-// Halide's prefetch (finds no footprint through the clamped slot), the block copy for
-// f16/bf16/i8 (1.1-1.35x slower on one thread; for f32 1.2x faster).
+// the block copy for f16/bf16/i8 (1.1-1.35x slower on one thread). Also dropped, on the
+// Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch of the K and V
+// buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and decode ran
+// 4x slower), and, over an f16 cache, V widened without its NaN/infinity test where v_finite
+// holds (8-13% slower, 3 alternating pairs).
 #include <algorithm>
 
 #include "schedules/schedule.h"
