@@ -42,6 +42,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "ceilings.h"
+#include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
 
 namespace {
 
@@ -572,6 +573,14 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(g_threads);
   benchmark::AddCustomContext("threads", std::to_string(g_threads));
   benchmark::AddCustomContext("attngen_isa", attngen_isa());
+  // Where the CPU has AVX512-BF16: its dot products' multiply-adds a second over the FMAs', and
+  // whether dispatch prefers the avx512bf16 kernels for it (runtime/src/internal.h).
+  if (const double rate = attngen::rt::bf16_dot_rate(); rate > 0) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.2f (avx512bf16 kernels preferred: %s)", rate,
+                  attngen::rt::extension_pays("avx512bf16") ? "yes" : "no");
+    benchmark::AddCustomContext("bf16_dot_rate_vs_fma", text);
+  }
 
   const attngen::bench::BlasCore core = attngen::bench::openblas_core();
   benchmark::AddCustomContext("openblas_core", core.running);

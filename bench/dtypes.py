@@ -11,7 +11,8 @@ pair. Ratios are taken within a pair, then summarised (median and range) over th
     attngen f32 ms / attngen <dtype> ms     (the speed-up of the dtype over attngen's own f32)
     PyTorch <dtype> ms / attngen <dtype> ms (against the peer in the same dtype)
 
-The bf16 row is the kernel automatic dispatch takes (avx512bf16 where the CPU has AVX512-BF16),
+The bf16 row is the avx512bf16 kernel where this build and CPU have it (automatic dispatch takes
+it only where the CPU's vdpbf16ps pays: attngen_bench's bf16_dot_rate_vs_fma, docs/variants.md),
 and "bf16 (avx512)" the same call on the AVX-512 kernel that converts to f32, which shows what
 the bf16 pair products bring. Prints a Markdown table; writes bench/out/dtypes.json. Needs
 PyTorch (bench/run_peers.sh installs it).

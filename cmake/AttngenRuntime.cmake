@@ -23,6 +23,7 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/allocator.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/api.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/convert.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/cpu_rates.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/decode.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/kv_cache.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/pattern.cpp"

@@ -142,8 +142,9 @@ const attngen_kernel_info* ran() {
   return k;
 }
 
-// A bf16 call runs a bf16 kernel: the avx512bf16 one (vdpbf16ps) where it is built and this CPU
-// runs it, also when only avx512bf16 is forced; with "avx512" forced, the avx512 bf16 kernel.
+// A bf16 call runs a bf16 kernel: the avx512bf16 one (vdpbf16ps) where it is built, this CPU
+// runs it and its dot products pay here (rt::extension_pays), else the avx512 one; the
+// avx512bf16 one also when avx512bf16 is forced; with "avx512" forced, the avx512 bf16 kernel.
 TEST(DtypeDispatch, Bf16CallRunsBf16Kernel) {
   RestoreIsa restore;
   if (first_kernel(ATTNGEN_OP_ATTENTION, ATTNGEN_BF16, nullptr) == nullptr) {
@@ -175,13 +176,38 @@ TEST(DtypeDispatch, Bf16CallRunsBf16Kernel) {
   t.Test();
   k = ran();
   ASSERT_NE(k, nullptr);
-  EXPECT_STREQ(k->isa, "avx512bf16") << k->name << ": the preferred ISA for bf16";
+  const bool pays = rt::extension_pays("avx512bf16");
+  EXPECT_STREQ(k->isa, pays ? "avx512bf16" : "avx512")
+      << k->name << ": the preferred ISA for bf16, the dot products doing " << rt::bf16_dot_rate()
+      << "x the FMAs' multiply-adds a second here";
   ASSERT_EQ(attngen_set_isa("avx512bf16"), ATTNGEN_OK) << attngen_last_error();
   t.Test();
   EXPECT_STREQ(ran()->isa, "avx512bf16");
   // The extension admits its base ISA: an f32 call runs the avx512 kernel.
   AttentionTester().batch(1).heads(2, 2).seq(9, 17).head_dim(64).Test();
   EXPECT_STREQ(ran()->isa, "avx512");
+}
+
+// The rate that decides between the avx512bf16 and avx512 kernels is measured on this CPU: where
+// it has AVX512-BF16 a positive, plausible ratio (a 512-bit vdpbf16ps does 32 multiply-adds,
+// an FMA 16: between a quarter and 4x the FMAs' rate on any CPU so far), the same on every ask
+// (measured once), and the choice follows it; where it has none, 0 and never preferred.
+TEST(DtypeDispatch, Bf16DotRateDecidesTheExtension) {
+  const double rate = rt::bf16_dot_rate();
+  EXPECT_EQ(rt::bf16_dot_rate(), rate);
+#if defined(__x86_64__)
+  const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+  const bool has = false;
+#endif
+  if (has) {
+    EXPECT_GT(rate, 0.25);
+    EXPECT_LT(rate, 4.0);
+  } else {
+    EXPECT_EQ(rate, 0.0);
+  }
+  EXPECT_EQ(rt::extension_pays("avx512bf16"), rate >= rt::kBf16DotRateThatPays);
+  EXPECT_TRUE(rt::extension_pays("neonfp16"));
 }
 
 // F16 and BF16 calls run kernels of their dtypes wherever one fits: specialised, generic (head

@@ -148,6 +148,20 @@ struct KernelQuery {
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 
+// Multiply-adds per second of AVX512-BF16 dot products (vdpbf16ps) over those of 512-bit f32
+// FMAs on this CPU, measured once per process (cpu_rates.cpp); 0 where it has no AVX512-BF16.
+// The avx512bf16 kernels halve the FMA kernels' product instructions and add the rounding of
+// P to bf16: they are faster only where the dot products do more multiply-adds a second. Seen:
+// about 2 on a Zen 4 EPYC VM (the kernels 1.55x faster than f32), 0.5 on a Sapphire-Rapids-class
+// Xeon VM (107 against 214 GFLOP/s on one core; the kernels 1.3-1.4x slower than avx512's bf16
+// kernels, which convert to f32).
+double bf16_dot_rate();
+constexpr double kBf16DotRateThatPays = 1.25;
+// Whether an extension ISA's kernels (attngen::TargetRow::extends) are preferred to its base's
+// on this CPU, where both fit a call: avx512bf16 where bf16_dot_rate() >= kBf16DotRateThatPays,
+// the others always. attngen_set_isa() of an extension runs its kernels regardless.
+bool extension_pays(const char* isa);
+
 // Whether some kernel of the query's dtypes might fit it (a conservative filter: op, dtypes, the
 // pattern kind and extra outputs, head dims): a call of F16 / BF16 tensors that none fits is
 // converted without a failed selection first, whose message would allocate.

@@ -94,10 +94,17 @@ bool admitted(const char* isa, const char* forced) {
   return row != nullptr && !std::strcmp(row->extends, isa);
 }
 
-// Higher is preferred when several kernels fit (the target table's preference).
+// Higher is preferred when several kernels fit (the target table's preference); an extension
+// row whose instructions do not pay on this CPU (extension_pays) ranks just below its base,
+// unless attngen_set_isa() asked for it.
 int isa_rank(const char* isa) {
   const attngen::TargetRow* t = row_of(isa);
-  return t != nullptr ? t->preference : -1;
+  if (t == nullptr || t->preference < 0) return -1;
+  const attngen::TargetRow* base = *t->extends != '\0' ? row_of(t->extends) : nullptr;
+  if (base != nullptr && g_forced_isa.load() == nullptr && !extension_pays(t->name)) {
+    return 2 * base->preference - 1;
+  }
+  return 2 * t->preference;
 }
 
 // Query rows a kernel computes for the call: the last tile is computed whole.

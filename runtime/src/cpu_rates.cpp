@@ -1,0 +1,98 @@
+// Instruction rates of this CPU that decide between kernels of the same call (internal.h,
+// bf16_dot_rate). Measured once per process, on first use.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/src/internal.h"
+#include "schedules/cpu_features.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTNGEN_MEASURE_BF16_DOT 1
+#endif
+
+namespace attngen::rt {
+
+namespace {
+
+#if ATTNGEN_MEASURE_BF16_DOT
+// Independent accumulator chains, more than latency x throughput of either instruction on the
+// CPUs measured (vdpbf16ps: latency up to ~10 cycles at up to 2 a cycle), and steps per timing
+// (a few microseconds: long against the clock's resolution, short against a time slice).
+constexpr int kChains = 16;
+constexpr int kSteps = 256;
+
+// The operands are hidden from the compiler each step (an empty asm), so the loop stays
+// kChains dependent chains of one instruction each; the sum keeps the results live.
+__attribute__((target("avx512f,avx512bf16"))) double time_bf16_dots() {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f81);
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < kSteps; ++step) {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  __m512 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  volatile float keep = _mm512_reduce_add_ps(sum);
+  (void)keep;
+  return seconds;
+}
+
+__attribute__((target("avx512f,fma"))) double time_f32_fmas() {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < kSteps; ++step) {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  __m512 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  volatile float keep = _mm512_reduce_add_ps(sum);
+  (void)keep;
+  return seconds;
+}
+
+// One vdpbf16ps does 32 multiply-adds (16 lanes of bf16 pairs), one 512-bit FMA 16. The
+// fastest of several alternating timings of each, after a warm-up (the first 512-bit
+// instructions of a core run slowly while it powers its upper lanes up): a time slice lost to
+// another thread lengthens one timing, never the minimum of many.
+double measure_bf16_dot_rate() {
+  if (!cpu_feature("avx512f") || !cpu_feature("avx512bf16")) return 0;
+  double dots = 1e9, fmas = 1e9;
+  for (int round = 0; round < 12; ++round) {
+    const double d = time_bf16_dots(), f = time_f32_fmas();
+    if (round >= 2) {
+      dots = std::min(dots, d);
+      fmas = std::min(fmas, f);
+    }
+  }
+  return dots > 0 ? 2.0 * fmas / dots : 0;
+}
+#endif
+
+}  // namespace
+
+double bf16_dot_rate() {
+#if ATTNGEN_MEASURE_BF16_DOT
+  static const double rate = measure_bf16_dot_rate();
+  return rate;
+#else
+  return 0;
+#endif
+}
+
+bool extension_pays(const char* isa) {
+  if (!std::strcmp(isa, "avx512bf16")) return bf16_dot_rate() >= kBf16DotRateThatPays;
+  return true;
+}
+
+}  // namespace attngen::rt
