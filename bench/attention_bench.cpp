@@ -14,7 +14,8 @@
 // per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
 // bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
 // Always registered: the machine's ceilings (bench/ceilings.h): ceiling/fma_peak/<isa>/threads<n>
-// (independent FMAs, GFLOP/s, on one thread and on the run's), openblas_sgemm/2048 (labelled
+// (independent FMAs, GFLOP/s, on one thread and on the run's), ceiling/bf16_peak/<unit>/threads<n>
+// (vdpbf16ps and AMX-BF16 tiles where the CPU has them), openblas_sgemm/2048 (labelled
 // with the OpenBLAS core that ran; where OpenBLAS picks a core below this CPU's, attngen_bench
 // runs itself again with OPENBLAS_CORETYPE set, --openblas_core=keep: not), decode/l3/... and
 // decode/dram/... (attngen_decode over a KV cache that stays in L3 and one that does not, GB/s of
@@ -603,6 +604,16 @@ int main(int argc, char** argv) {
       const std::string name =
           std::string("ceiling/fma_peak/") + isa.name + "/threads" + std::to_string(t);
       benchmark::RegisterBenchmark(name.c_str(), attngen::bench::fma_peak, isa.name, t)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (g_threads == 1) break;
+    }
+  }
+  // The bf16 products' ceilings (vdpbf16ps, AMX tiles) where the CPU has them.
+  for (const std::string& unit : attngen::bench::bf16_units()) {
+    for (int t : {1, g_threads}) {
+      const std::string name = "ceiling/bf16_peak/" + unit + "/threads" + std::to_string(t);
+      benchmark::RegisterBenchmark(name.c_str(), attngen::bench::bf16_peak, unit, t)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       if (g_threads == 1) break;

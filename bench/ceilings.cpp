@@ -1,6 +1,7 @@
 #include "ceilings.h"
 
 #include <cblas.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -163,6 +165,72 @@ float sum_portable(const float* p, size_t n) {
   return s;
 }
 
+#if defined(__x86_64__)
+// ---- bf16 multiply-adds: vdpbf16ps chains as the FMA chains above (16 chains: its latency is
+// longer), and AMX: four independent 16x16 f32 accumulator tiles, each step tdpbf16ps of two
+// 16x32 bf16 tiles into each (A tiles 4, 6 by B tiles 5, 7). Operands of 1.0 and 1.0078 keep
+// the sums finite.
+constexpr int kChainsBf16 = 16;
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_loop(int64_t iters, float seed) {
+  __m512 acc[kChainsBf16];
+  __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f81);
+#pragma GCC unroll 16
+  for (int c = 0; c < kChainsBf16; ++c) acc[c] = _mm512_set1_ps(seed * static_cast<float>(c + 1));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChainsBf16; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+    __asm__ volatile("" : "+v"(a), "+v"(b));  // the operands stay loop-variant
+  }
+#pragma GCC unroll 16
+  for (int c = 1; c < kChainsBf16; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+// Linux's arch_prctl request for the AMX tile data state (asm/prctl.h, XFEATURE_XTILEDATA).
+bool amx_permitted() {
+  static const bool permitted =
+      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return permitted;
+}
+
+struct AmxConfig {  // the 64-byte tile configuration of palette 1
+  uint8_t palette, start_row, reserved[14];
+  uint16_t bytes_per_row[16];
+  uint8_t rows[16];
+};
+constexpr int kAmxTiles = 4;
+constexpr double kAmxMacsPerStep = kAmxTiles * 16.0 * 16.0 * 32.0;
+__attribute__((target("amx-tile,amx-bf16"))) float amx_loop(int64_t iters, float seed) {
+  AmxConfig config{};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.bytes_per_row[t] = 64;
+  }
+  alignas(64) uint16_t operand[16 * 32];
+  alignas(64) float out[16 * 16];
+  for (uint16_t& x : operand) x = 0x3f80;  // 1.0
+  _tile_loadconfig(&config);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 6, 5);
+    _tile_dpbf16ps(3, 6, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0] + seed;
+}
+#endif
+
 struct FmaKernel {
   FmaIsa isa;
   int chains;
@@ -250,6 +318,58 @@ void fma_peak(benchmark::State& state, const char* isa, int threads) {
   }
   set_rate(state, "GFLOP/s", 2.0 * threads * kIters * kernel.chains * kernel.isa.lanes);
   state.SetLabel(std::string(isa) + " x" + std::to_string(threads));
+}
+
+std::vector<std::string> bf16_units() {
+  std::vector<std::string> out;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) {
+    out.push_back("avx512bf16");
+  }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)) && (d & (1u << 24)) &&
+      amx_permitted()) {
+    out.push_back("amx");
+  }
+#endif
+  return out;
+}
+
+void bf16_peak(benchmark::State& state, const std::string& unit, int threads) {
+  FmaLoop loop = nullptr;
+  double macs_per_step = 0;
+  int64_t iters = 0;
+#if defined(__x86_64__)
+  const std::vector<std::string> units = bf16_units();
+  if (std::find(units.begin(), units.end(), unit) != units.end()) {
+    if (unit == "avx512bf16") {
+      loop = bf16_dot_loop;
+      macs_per_step = kChainsBf16 * 32.0;
+      iters = int64_t{1} << 20;
+    } else {
+      loop = amx_loop;
+      macs_per_step = kAmxMacsPerStep;
+      iters = int64_t{1} << 18;
+    }
+  }
+#endif
+  if (loop == nullptr) {
+    state.SkipWithError(("this CPU has no " + unit + " (or may not use it)").c_str());
+    return;
+  }
+  std::vector<float> sums(static_cast<size_t>(threads) * 16);  // a cache line per thread
+  Team team(threads);
+  const std::function<void(int)> work = [&](int t) {
+    sums[static_cast<size_t>(t) * 16] = loop(iters, 1e-3f * static_cast<float>(t + 1));
+  };
+  for (auto _ : state) {
+    team.run(work);
+    benchmark::DoNotOptimize(sums.data());
+  }
+  set_rate(state, "GFLOP/s", 2.0 * threads * static_cast<double>(iters) * macs_per_step);
+  state.SetLabel(unit + " x" + std::to_string(threads));
 }
 
 void stream_read(benchmark::State& state, double bytes, int threads) {

@@ -24,6 +24,16 @@ std::vector<FmaIsa> fma_isas();
 // cover both FMA ports' latency): the arithmetic's peak.
 void fma_peak(benchmark::State& state, const char* isa, int threads);
 
+// The bf16 multiply-add units this CPU has besides the FMAs: "avx512bf16" (vdpbf16ps, 16 lanes
+// of bf16 pairs into f32) and "amx" (AMX-BF16 tiles, tdpbf16ps: 16x16 f32 results of 32-long
+// bf16 dot products; Linux grants a process its tile state on request, which this asks for).
+std::vector<std::string> bf16_units();
+
+// GFLOP/s (2 per bf16 multiply-add) of `threads` threads each running independent chains on
+// `unit`: the ceiling of bf16 products, which no FMA-peak fraction shows (on a Sapphire Rapids
+// vdpbf16ps does half the FMAs' multiply-adds a second, AMX 14x them).
+void bf16_peak(benchmark::State& state, const std::string& unit, int threads);
+
 // GB/s of `threads` threads summing disjoint slices of a buffer of `bytes` with the widest
 // vector loads the CPU has, several accumulators each.
 void stream_read(benchmark::State& state, double bytes, int threads);
