@@ -598,26 +598,23 @@ int main(int argc, char** argv) {
       ->Arg(2048)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  // The arithmetic's ceiling: every FMA ISA of this CPU, on one thread and on the run's.
+  // The arithmetic's ceilings, on one thread and on the run's: every FMA ISA of this CPU, and
+  // its bf16 products' units (vdpbf16ps, AMX tiles) where it has them.
+  const auto add_ceiling = [](const std::string& family, const std::string& unit, auto fn,
+                              auto arg) {
+    for (int t : {1, g_threads}) {
+      const std::string name = "ceiling/" + family + "/" + unit + "/threads" + std::to_string(t);
+      benchmark::RegisterBenchmark(name.c_str(), fn, arg, t)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (g_threads == 1) break;
+    }
+  };
   for (const attngen::bench::FmaIsa& isa : attngen::bench::fma_isas()) {
-    for (int t : {1, g_threads}) {
-      const std::string name =
-          std::string("ceiling/fma_peak/") + isa.name + "/threads" + std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), attngen::bench::fma_peak, isa.name, t)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
-      if (g_threads == 1) break;
-    }
+    add_ceiling("fma_peak", isa.name, attngen::bench::fma_peak, isa.name);
   }
-  // The bf16 products' ceilings (vdpbf16ps, AMX tiles) where the CPU has them.
   for (const std::string& unit : attngen::bench::bf16_units()) {
-    for (int t : {1, g_threads}) {
-      const std::string name = "ceiling/bf16_peak/" + unit + "/threads" + std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), attngen::bench::bf16_peak, unit, t)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
-      if (g_threads == 1) break;
-    }
+    add_ceiling("bf16_peak", unit, attngen::bench::bf16_peak, unit);
   }
   register_decode();
   if (!shape_lists.empty()) {

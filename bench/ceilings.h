@@ -31,7 +31,7 @@ std::vector<std::string> bf16_units();
 
 // GFLOP/s (2 per bf16 multiply-add) of `threads` threads each running independent chains on
 // `unit`: the ceiling of bf16 products, which no FMA-peak fraction shows (on a Sapphire Rapids
-// vdpbf16ps does half the FMAs' multiply-adds a second, AMX 14x them).
+// vdpbf16ps does half the FMAs' multiply-adds a second, AMX 15x them).
 void bf16_peak(benchmark::State& state, const std::string& unit, int threads);
 
 // GB/s of `threads` threads summing disjoint slices of a buffer of `bytes` with the widest
