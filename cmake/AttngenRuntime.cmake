@@ -30,6 +30,7 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/threads.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/weights.cpp"
               "${table}")
   target_include_directories(${NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
   # Halide::Runtime only for its headers (the runtime's code is attngen_halide_runtime_*):

@@ -351,12 +351,14 @@ LinearFuncs define_linear(const Func& x, const Func& w, const Func& bias, const 
   Expr nc = clamp(n, 0, shape.out_features - 1);
   f.x = Func(name + "_x");
   f.x(e, s, b) = x(e, clamp(s, 0, shape.rows - 1), b);
+  // The weights arrive packed (the runtime packs them, once for a persistent layer): panels of
+  // `panel` output features, each contiguous, pi innermost. The product's register tile then
+  // reads its weights from one block of memory, and no call copies them.
+  const int p = shape.panel;
   f.w = Func(name + "_w");
-  f.w(e, n) = w(e, nc);
-  // Panels of `panel` output features, each contiguous (pi innermost) when a schedule stores it:
-  // the product's register tile then reads its weights from one block of memory.
+  f.w(e, n) = w(nc % p, e, nc / p);
   f.w_panels = Func(name + "_w_panels");
-  f.w_panels(f.pi, e, f.po) = f.w(e, f.po * shape.panel + f.pi);
+  f.w_panels(f.pi, e, f.po) = w(f.pi, e, f.po);
   f.sum = Func(name + "_sum");
   f.sum(n, s, b) = bias(nc);
   if (shape.half_chunk <= 0) {

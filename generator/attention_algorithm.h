@@ -141,8 +141,8 @@ struct LinearFuncs {
   Halide::RDom re;
   Halide::Func x;  // (e, s, b) input rows, clamped along s
   Halide::Var pi{"pi"}, po{"po"};
-  Halide::Func w;         // (e, n) weights, clamped along n
-  Halide::Func w_panels;  // (pi, e, po) = w(e, po * panel + pi): what the product reads
+  Halide::Func w;         // (e, n) weights, clamped along n (from the panels)
+  Halide::Func w_panels;  // (pi, e, po): feature po * panel + pi; what the product reads
   Halide::Func sum;       // (n, s, b) bias + x.w
   // shape.half_chunk > 0: x and w_panels are f16 (0 past the input features), and sum adds
   // over rh the f32 value of sum_half (n, chunk, s, b), the f16 sum over rx of x * w_panels.
@@ -151,6 +151,9 @@ struct LinearFuncs {
   Halide::Func out;  // (n, s, b)
 };
 
+// w: the weights packed in panels, (pi, e, po) = weight row po * panel + pi at input feature e,
+// f32, ceil(N / panel) panels, rows past N zeros (the runtime's pack_weights(); at panel 1 the
+// nn.Linear layout itself).
 LinearFuncs define_linear(const Halide::Func& x, const Halide::Func& w, const Halide::Func& bias,
                           const LinearShape& shape, const std::string& name);
 

@@ -16,7 +16,7 @@ class Linear : public Generator<Linear> {
 
   // Added in configure(), in this order, of the variant's element type.
   Input<Buffer<>>* x = nullptr;     // (e, s, b)
-  Input<Buffer<>>* w = nullptr;     // (e, n)
+  Input<Buffer<float, 3>>* w = nullptr;  // (pi, e, po): f32 panels (define_linear())
   Input<Buffer<>>* bias = nullptr;  // (n)
   Output<Buffer<>>* y = nullptr;    // (n, s, b)
 
@@ -24,26 +24,29 @@ class Linear : public Generator<Linear> {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kLinear);
     const Type t = attngen::halide_type(v_.dtype);
     x = add_input<Buffer<>>("x", t, 3);
-    w = add_input<Buffer<>>("w", t, 2);
+    w = add_input<Buffer<float, 3>>("w");
     bias = add_input<Buffer<>>("bias", t, 1);
     y = add_output<Buffer<>>("y", t, 3);
   }
 
   void generate() {
     const attngen::LinearTunables requested = attngen::linear_tunables(v_);
-    attngen::LinearShape shape{x->dim(0).extent(), w->dim(1).extent(), x->dim(1).extent()};
+    attngen::LinearShape shape{x->dim(0).extent(), bias->dim(0).extent(), x->dim(1).extent()};
     shape.half_chunk = attngen::linear_half_chunk(v_, get_target());
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
-    attngen::LinearFuncs f = attngen::define_linear(attngen::as_f32(*x), attngen::as_f32(*w),
-                                                    attngen::as_f32(*bias), shape, "linear");
+    attngen::LinearFuncs f =
+        attngen::define_linear(attngen::as_f32(*x), *w, attngen::as_f32(*bias), shape, "linear");
     (*y)(f.n, f.s, f.b) = attngen::from_f32(f.out(f.n, f.s, f.b), y->type());
     // Output features start at 0, so a schedule's tiles of n line up with the weight panels.
     y->dim(0).set_min(0);
+    const int p = shape.panel;
+    w->dim(0).set_bounds(0, p).dim(1).set_bounds(0, shape.in_features);
+    w->dim(2).set_bounds(0, (shape.out_features + p - 1) / p);
 
     using E = attngen::Estimates;
     x->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
-    w->set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
+    w->set_estimates({{0, p}, {0, E::kEmbed}, {0, 3 * E::kEmbed / p}});
     bias->set_estimates({{0, 3 * E::kEmbed}});
     y->set_estimates({{0, 3 * E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
 

@@ -137,6 +137,7 @@ int describe(int argc, char** argv) {
   j["key_block"] = r.key_block;
   j["query_tile"] = r.query_tile;
   j["key_chunk"] = r.key_chunk;
+  j["weight_panel"] = r.weight_panel;
   j["tunables"] = tunable_names(v);
   nlohmann::json given = nlohmann::json::object(), resolved = nlohmann::json::object(),
                  def = nlohmann::json::object();
@@ -224,6 +225,7 @@ int descriptor(int argc, char** argv) {
     << "    " << r.key_block << ",\n"
     << "    " << r.query_tile << ",\n"
     << "    " << r.key_chunk << ",\n"
+    << "    " << r.weight_panel << ",\n"
     << "    " << c_string(joined(v.tunables)) << ",\n"
     << "    " << c_string(tuning) << ",\n"
     << "    " << c_string(tuning_class(v)) << ",\n"

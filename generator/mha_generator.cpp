@@ -1,8 +1,10 @@
 // mha: the whole multi-head self-attention layer of PyTorch's nn.MultiheadAttention
 // (batch_first): fused Q/K/V projection, attention per head, heads concatenated, output
-// projection. Weights load from a checkpoint as they are:
+// projection. The weights of a checkpoint:
 //   in_w = in_proj_weight [3E, E], in_b = in_proj_bias [3E],
-//   out_w = out_proj.weight [E, E], out_b = out_proj.bias [E].
+//   out_w = out_proj.weight [E, E], out_b = out_proj.bias [E],
+// the biases as they are, the weight matrices packed in f32 panels by the runtime (per call, or
+// once for a persistent layer: attngen_mha_layer).
 // The head dim is compile-time; E (hence the head count E / head_dim), S and B are run-time.
 #include <cmath>
 
@@ -21,9 +23,9 @@ class Mha : public Generator<Mha> {
 
   // Added in configure(), in this order; tensors of the variant's element type.
   Input<Buffer<>>* x = nullptr;                 // (e, s, b)
-  Input<Buffer<>>* in_w = nullptr;              // (e, 3E)
+  Input<Buffer<float, 3>>* in_w = nullptr;     // (pi, e, po): 3E rows as f32 panels
   Input<Buffer<>>* in_b = nullptr;              // (3E)
-  Input<Buffer<>>* out_w = nullptr;             // (E, E)
+  Input<Buffer<float, 3>>* out_w = nullptr;    // (pi, e, po): E rows as f32 panels
   Input<Buffer<>>* out_b = nullptr;             // (E)
   Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): key padding, <= S
   Input<bool>* bottom_right = nullptr;
@@ -37,9 +39,9 @@ class Mha : public Generator<Mha> {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kMha);
     const Type t = attngen::halide_type(v_.dtype);
     x = add_input<Buffer<>>("x", t, 3);
-    in_w = add_input<Buffer<>>("in_w", t, 2);
+    in_w = add_input<Buffer<float, 3>>("in_w");
     in_b = add_input<Buffer<>>("in_b", t, 1);
-    out_w = add_input<Buffer<>>("out_w", t, 2);
+    out_w = add_input<Buffer<float, 3>>("out_w");
     out_b = add_input<Buffer<>>("out_b", t, 1);
     kv_len = add_input<Buffer<int32_t, 1>>("kv_len");
     bottom_right = add_input<bool>("bottom_right");
@@ -67,7 +69,7 @@ class Mha : public Generator<Mha> {
     const attngen::LinearTunables linear_tunables =
         attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
     attngen::LinearFuncs in_proj = attngen::define_linear(
-        attngen::as_f32(*x), attngen::as_f32(*in_w), attngen::as_f32(*in_b), in_shape, "in_proj");
+        attngen::as_f32(*x), *in_w, attngen::as_f32(*in_b), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
@@ -116,20 +118,23 @@ class Mha : public Generator<Mha> {
     out_shape.panel = in_shape.panel;
     out_shape.half_chunk = in_shape.half_chunk;
     attngen::LinearFuncs out_proj = attngen::define_linear(
-        concat, attngen::as_f32(*out_w), attngen::as_f32(*out_b), out_shape, "out_proj");
+        concat, *out_w, attngen::as_f32(*out_b), out_shape, "out_proj");
     (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());
 
-    in_w->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, 3 * embed);
+    const int p = in_shape.panel;  // the weights' panels (define_linear())
+    in_w->dim(0).set_bounds(0, p).dim(1).set_bounds(0, embed);
+    in_w->dim(2).set_bounds(0, (3 * embed + p - 1) / p);
     in_b->dim(0).set_bounds(0, 3 * embed);
-    out_w->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, embed);
+    out_w->dim(0).set_bounds(0, p).dim(1).set_bounds(0, embed);
+    out_w->dim(2).set_bounds(0, (embed + p - 1) / p);
     out_b->dim(0).set_bounds(0, embed);
     y->dim(0).set_bounds(0, embed).dim(1).set_bounds(0, seq);
 
     using E = attngen::Estimates;
     x->set_estimates({{0, E::kEmbed}, {0, E::kSeq}, {0, E::kBatch}});
-    in_w->set_estimates({{0, E::kEmbed}, {0, 3 * E::kEmbed}});
+    in_w->set_estimates({{0, p}, {0, E::kEmbed}, {0, 3 * E::kEmbed / p}});
     in_b->set_estimates({{0, 3 * E::kEmbed}});
-    out_w->set_estimates({{0, E::kEmbed}, {0, E::kEmbed}});
+    out_w->set_estimates({{0, p}, {0, E::kEmbed}, {0, E::kEmbed / p}});
     out_b->set_estimates({{0, E::kEmbed}});
     kv_len->set_estimates({{0, E::kBatch}});
     bottom_right->set_estimate(true);

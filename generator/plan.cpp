@@ -151,6 +151,7 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
       LinearShape shape;
       shape.half_chunk = linear_half_chunk(v, target);
       const LinearTunables t = plan_linear(shape, linear_tunables(v), target, false);
+      r.weight_panel = shape.panel;
       add("n_vectors", t.n_vectors);
       add("rows", t.rows);
       add("row_block", t.row_block);

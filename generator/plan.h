@@ -42,6 +42,7 @@ struct ResolvedVariant {
   int key_block = 0;   // keys per block of the online softmax, 0 for whole score rows
   int query_tile = 0;  // query rows per parallel task (attention)
   int key_chunk = 0;   // keys per chunk of the row form's passes (attention)
+  int weight_panel = 0;  // output features per panel of the packed weights (linear, mha)
   std::vector<Tunable> schedule;
 };
 ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& target);

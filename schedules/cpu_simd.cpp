@@ -302,12 +302,14 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
     f.x.compute_at(out, task).vectorize(e, lanes, TailStrategy::GuardWithIf);
   }
 
-  // Weights staged once per call in panels of n_tile output features (shape.panel == n_tile,
-  // plan_linear()), each panel contiguous: a register tile's weights are one block of memory.
-  // (Transposed without panels, a step along e is a row of N floats: at N = 2304 the rows of a
-  // chunk shared a few L1 sets and each fell in its own page; the panel copy that worked around
-  // it took 20% of the time, B4 S512 E768 N2304.)
-  f.w_panels.compute_root().vectorize(f.pi, lanes).parallel(f.po);
+  // The weights arrive in panels of n_tile output features (shape.panel == n_tile,
+  // plan_linear(); packed by the runtime), each panel contiguous: a register tile's weights are
+  // one block of memory, read where they are. (Transposed without panels, a step along e is a
+  // row of N floats: at N = 2304 the rows of a chunk shared a few L1 sets and each fell in its
+  // own page; a panel copy inside the kernel took 20% of the time, B4 S512 E768 N2304, and one
+  // of the current layout 1.5%, both per call.) The f16 products take them rounded to f16 and
+  // padded to whole chunks, staged once per call.
+  if (half) f.w_panels.compute_root().vectorize(f.pi, lanes).parallel(f.po);
 }
 
 }  // namespace attngen

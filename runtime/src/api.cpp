@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/src/internal.h"
+#include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
 
 namespace attngen::rt {
@@ -660,20 +661,12 @@ attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tens
   const attngen_kernel_info* kernel =
       select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, dt), nullptr, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
-  // A missing bias is zeros of the kernel's dtype (all-zero bits in each).
-  float* zeros = nullptr;
-  if (bias == nullptr) {
-    zeros = scratch.array<float>(c, static_cast<size_t>(n), "the zero bias");
-    if (zeros == nullptr) return finish(c, nullptr);
-    std::memset(zeros, 0, static_cast<size_t>(n) * sizeof(float));
-  }
-  const attngen_tensor zero_bias =
-      attngen_tensor_contiguous(zeros, convert ? ATTNGEN_F32 : dt, 1, &n);
-  attngen_tensor x32 = *x, w32 = *w, b32 = bias != nullptr ? *bias : zero_bias, y32 = *y;
+  CallerWeights weights(w, bias, "bias");
+  attngen_tensor x32 = *x, w32{}, b32{}, y32 = *y;
   F32Staging staging;
-  if (convert && (!staging.input(c, *x, "x", &x32) || !staging.input(c, *w, "w", &w32) ||
-                  (bias != nullptr && !staging.input(c, *bias, "bias", &b32)) ||
-                  !staging.output(c, *y, "y", &y32))) {
+  if ((convert && (!staging.input(c, *x, "x", &x32) || !staging.output(c, *y, "y", &y32))) ||
+      !weights.packed(c, scratch, 0, kernel->weight_panel, &w32) ||
+      !weights.bias(c, scratch, 0, convert ? ATTNGEN_F32 : dt, &b32)) {
     return finish(c, nullptr);
   }
   if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
@@ -681,51 +674,31 @@ attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tens
   return finish(c, kernel);
 }
 
-attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_weights* weights,
-                   attngen_tensor* y, const attngen_mha_options* options, size_t* bytes) {
-  Check c;
-  CallScratch scratch(mode);
-  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
-  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
-  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
-  if (!c.ok()) return finish(c, nullptr);
-  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S", /*floating=*/true) ||
-      !check_enums(c, options->mask, options->alignment)) {
-    return finish(c, nullptr);
-  }
+// The MHA forward of a call's or a layer's weights, its tensors validated: x and y [B, S, E]
+// of the weights' dtype, num_heads dividing E.
+attngen_status run_mha(Check& c, CallScratch& scratch, CallMode mode, const attngen_tensor* x,
+                       LayerWeights& weights, attngen_tensor* y,
+                       const attngen_mha_options& options, size_t* bytes) {
+  if (!check_enums(c, options.mask, options.alignment)) return finish(c, nullptr);
   const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
-  const attngen_tensor* in_b = weights->in_proj_bias;
-  const attngen_tensor* out_b = weights->out_proj_bias;
   int32_t* kv_len = nullptr;
-  if (!prepare_kv_len(c, scratch, options->kv_len, batch, seq, &kv_len)) return finish(c, nullptr);
+  if (!prepare_kv_len(c, scratch, options.kv_len, batch, seq, &kv_len)) return finish(c, nullptr);
 
   KernelQuery query = layer_query(ATTNGEN_OP_MHA, x->dtype);
-  query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options->num_heads);
-  query.mask = options->mask;
+  query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options.num_heads);
+  query.mask = options.mask;
   bool convert = false;
-  const attngen_kernel_info* kernel = select_or_convert(c, query, options->kernel, &convert);
+  const attngen_kernel_info* kernel = select_or_convert(c, query, options.kernel, &convert);
   if (kernel == nullptr) return finish(c, nullptr);
 
-  // Missing biases are zeros of the kernel's dtype (all-zero bits in each).
+  // The biases in the kernel's dtype (zeros where absent), the weights packed for it.
   const attngen_dtype dt = convert ? ATTNGEN_F32 : x->dtype;
-  const int64_t n_in = 3 * embed;
-  float* zeros = nullptr;
-  if (in_b == nullptr || out_b == nullptr) {
-    zeros = scratch.array<float>(c, static_cast<size_t>(n_in), "the zero biases");
-    if (zeros == nullptr) return finish(c, nullptr);
-    std::memset(zeros, 0, static_cast<size_t>(n_in) * sizeof(float));
-  }
-  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros, dt, 1, &n_in);
-  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros, dt, 1, &embed);
-  attngen_tensor x32 = *x, iw = *weights->in_proj_weight, ow = *weights->out_proj_weight, y32 = *y;
-  attngen_tensor ib = in_b != nullptr ? *in_b : zero_in, ob = out_b != nullptr ? *out_b : zero_out;
+  attngen_tensor x32 = *x, iw{}, ow{}, ib{}, ob{}, y32 = *y;
   F32Staging staging;
-  if (convert && (!staging.input(c, *x, "x", &x32) ||
-                  !staging.input(c, *weights->in_proj_weight, "in_proj_weight", &iw) ||
-                  (in_b != nullptr && !staging.input(c, *in_b, "in_proj_bias", &ib)) ||
-                  !staging.input(c, *weights->out_proj_weight, "out_proj_weight", &ow) ||
-                  (out_b != nullptr && !staging.input(c, *out_b, "out_proj_bias", &ob)) ||
-                  !staging.output(c, *y, "y", &y32))) {
+  if ((convert && (!staging.input(c, *x, "x", &x32) || !staging.output(c, *y, "y", &y32))) ||
+      !weights.packed(c, scratch, 0, kernel->weight_panel, &iw) ||
+      !weights.packed(c, scratch, 1, kernel->weight_panel, &ow) ||
+      !weights.bias(c, scratch, 0, dt, &ib) || !weights.bias(c, scratch, 1, dt, &ob)) {
     return finish(c, nullptr);
   }
   HalideView hx, hiw, hib, how, hob, hl, hy;
@@ -743,13 +716,43 @@ attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_wei
   args.w2 = &how.buf;
   args.bias2 = &hob.buf;
   args.kv_len = &hl.buf;
-  args.bottom_right = needs_bottom_right(options->alignment, seq, kv_len, batch);
-  args.causal = options->mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
-  args.num_heads = static_cast<int32_t>(options->num_heads);
+  args.bottom_right = needs_bottom_right(options.alignment, seq, kv_len, batch);
+  args.causal = options.mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
+  args.num_heads = static_cast<int32_t>(options.num_heads);
   args.out = &hy.buf;
   if (run_kernel(c, kernel, args) == ATTNGEN_OK) staging.commit();
   if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
   return finish(c, kernel);
+}
+
+attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_weights* weights,
+                   attngen_tensor* y, const attngen_mha_options* options, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
+  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
+  if (!c.ok()) return finish(c, nullptr);
+  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S", /*floating=*/true)) {
+    return finish(c, nullptr);
+  }
+  CallerWeights caller(weights->in_proj_weight, weights->in_proj_bias, "in_proj_bias",
+                       weights->out_proj_weight, weights->out_proj_bias);
+  return run_mha(c, scratch, mode, x, caller, y, *options, bytes);
+}
+
+// attngen_mha_layer_forward() and its size query.
+attngen_status layer_forward(CallMode mode, attngen_mha_layer* layer, const attngen_tensor* x,
+                             attngen_tensor* y, const attngen_mha_options* options,
+                             size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  attngen_mha_options opt{};
+  if (options != nullptr) opt = *options;
+  if (!check_layer_call(c, layer, x, y, "S", &opt.num_heads)) return finish(c, nullptr);
+  LayerSource source(layer->layer);
+  return run_mha(c, scratch, mode, x, source, y, opt, bytes);
 }
 
 }  // namespace
@@ -791,6 +794,19 @@ attngen_status attngen_mha_workspace_size(const attngen_tensor* x,
                                           const attngen_tensor* y,
                                           const attngen_mha_options* options, size_t* bytes) {
   return mha(CallMode::kSize, x, weights, const_cast<attngen_tensor*>(y), options, bytes);
+}
+
+attngen_status attngen_mha_layer_forward(attngen_mha_layer* layer, const attngen_tensor* x,
+                                         attngen_tensor* y, const attngen_mha_options* options) {
+  return layer_forward(CallMode::kRun, layer, x, y, options, nullptr);
+}
+
+attngen_status attngen_mha_layer_forward_workspace_size(attngen_mha_layer* layer,
+                                                        const attngen_tensor* x,
+                                                        const attngen_tensor* y,
+                                                        const attngen_mha_options* options,
+                                                        size_t* bytes) {
+  return layer_forward(CallMode::kSize, layer, x, const_cast<attngen_tensor*>(y), options, bytes);
 }
 
 const char* attngen_last_error(void) { return t_last_error.c_str(); }

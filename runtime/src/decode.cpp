@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/src/kv_cache.h"
+#include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
 
 namespace attngen::rt {
@@ -234,28 +235,19 @@ struct LinearRun {
   }
 };
 
-// attngen_mha_decode() and its size query (kSize: nothing appended or written).
-attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
-                          const attngen_mha_weights* weights, attngen_kv_cache* cache,
-                          int64_t layer, attngen_tensor* y,
-                          const attngen_mha_decode_options* options, size_t* bytes) {
-  Check c;
-  CallScratch scratch(mode);
-  if (mode == CallMode::kSize && bytes == nullptr)
-    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
-  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
-  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
-  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+// A decode step of a call's or a layer's weights (x and y validated against them; `caller`:
+// the call's own weights, checked clear of the cache) and its size query (kSize: nothing
+// appended or written).
+attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
+                              const attngen_tensor* x, LayerWeights& weights,
+                              const attngen_mha_weights* caller, attngen_kv_cache* cache,
+                              int64_t layer, attngen_tensor* y, int64_t heads,
+                              const attngen_tensor* counts_tensor, int32_t kv_splits,
+                              size_t* bytes) {
   const attngen_kv_cache_options& o = cache->options;
-  const int64_t heads = options->num_heads;
-  if (!check_mha_layer(c, x, *weights, y, heads, "t")) return finish(c, nullptr);
   const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims};
   if (!check_dim(c, *x, xs, 0, o.batch, "B of the cache")) return finish(c, nullptr);
   const int64_t batch = x->shape[0], t = x->shape[1], embed = x->shape[2];
-  const attngen_tensor* in_b = weights->in_proj_bias;
-  const attngen_tensor* out_b = weights->out_proj_bias;
-  const attngen_tensor& iw = *weights->in_proj_weight;
-  const attngen_tensor& ow = *weights->out_proj_weight;
   const int64_t dh = embed / heads;
   if (o.heads_kv != heads || o.head_dim_qk != dh || o.head_dim_v != dh) {
     c.fail(ATTNGEN_ERROR_SHAPE, "the cache holds Hkv " + std::to_string(o.heads_kv) +
@@ -285,26 +277,29 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
                         : nullptr;
   float* row =
       kv_len != nullptr ? scratch.array<float>(c, append_scratch_floats(*cache), "a row") : nullptr;
-  if (row == nullptr || !check_decode_options(c, 0.0f, options->kv_splits) ||
-      !prepare_counts(c, options->counts, batch, t, counts) ||
+  if (row == nullptr || !check_decode_options(c, 0.0f, kv_splits) ||
+      !prepare_counts(c, counts_tensor, batch, t, counts) ||
       (mode == CallMode::kRun && !check_append_fits(c, *cache, layer, counts))) {
     return finish(c, nullptr);
   }
   // Nothing the call reads may lie where it writes: the append writes the layer's storage
-  // before out_proj reads its weights, and y is written last (check_mha_layer checked y
-  // against x and the weights).
-  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
-                                                                  {&iw, "in_proj_weight"},
-                                                                  {in_b, "in_proj_bias"},
-                                                                  {&ow, "out_proj_weight"},
-                                                                  {out_b, "out_proj_bias"},
-                                                                  {options->counts, "counts"}};
+  // before out_proj reads its weights, and y is written last (y was checked against x and the
+  // weights).
+  const attngen_mha_weights none{};
+  const attngen_mha_weights& w = caller != nullptr ? *caller : none;
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {
+      {x, "x"},
+      {w.in_proj_weight, "in_proj_weight"},
+      {w.in_proj_bias, "in_proj_bias"},
+      {w.out_proj_weight, "out_proj_weight"},
+      {w.out_proj_bias, "out_proj_bias"},
+      {counts_tensor, "counts"}};
   for (const auto& [in, name] : inputs) {
     if (in != nullptr && !check_clear_of_cache(c, *cache, layer, *in, name, false)) {
       return finish(c, nullptr);
     }
   }
-  if ((options->counts != nullptr && !check_no_alias(c, *y, "y", *options->counts, "counts")) ||
+  if ((counts_tensor != nullptr && !check_no_alias(c, *y, "y", *counts_tensor, "counts")) ||
       !check_clear_of_cache(c, *cache, layer, *y, "y", true)) {
     return finish(c, nullptr);
   }
@@ -315,19 +310,18 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
 
   // in_proj: qkv [B, t, 3E]; q, k and v are views of it, [B, t, H, Dh] each.
   const int64_t n_in = 3 * embed;
-  float* zeros = nullptr;
-  if (in_b == nullptr || out_b == nullptr) {
-    zeros = scratch.array<float>(c, static_cast<size_t>(n_in), "the zero biases");
-    if (zeros == nullptr) return finish(c, nullptr);
-    std::fill(zeros, zeros + n_in, 0.0f);
+  attngen_tensor iw{}, ow{}, ib{}, ob{};
+  if (!weights.packed(c, scratch, 0, linear->weight_panel, &iw) ||
+      !weights.packed(c, scratch, 1, linear->weight_panel, &ow) ||
+      !weights.bias(c, scratch, 0, ATTNGEN_F32, &ib) ||
+      !weights.bias(c, scratch, 1, ATTNGEN_F32, &ob)) {
+    return finish(c, nullptr);
   }
   float* qkv = scratch.array<float>(c, static_cast<size_t>(batch * t * n_in), "the projections");
   float* attn = qkv != nullptr ? scratch.array<float>(c, static_cast<size_t>(batch * t * embed),
                                                       "the attention output")
                                : nullptr;
   if (attn == nullptr) return finish(c, nullptr);
-  const attngen_tensor zero_in = attngen_tensor_contiguous(zeros, ATTNGEN_F32, 1, &n_in);
-  const attngen_tensor zero_out = attngen_tensor_contiguous(zeros, ATTNGEN_F32, 1, &embed);
   const int64_t qkv_shape[3] = {batch, t, n_in};
   const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv, ATTNGEN_F32, 3, qkv_shape);
   const auto head_view = [&](int part) {
@@ -342,12 +336,12 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
   const int64_t rows_shape[3] = {batch, t, embed};
   const attngen_tensor t_rows = attngen_tensor_contiguous(attn, ATTNGEN_F32, 3, rows_shape);
   LinearRun in_proj, out_proj;
-  in_proj.make(*x, iw, in_b != nullptr ? *in_b : zero_in, t_qkv);
-  out_proj.make(t_rows, ow, out_b != nullptr ? *out_b : zero_out, *y);
+  in_proj.make(*x, iw, ib, t_qkv);
+  out_proj.make(t_rows, ow, ob, *y);
   if (mode == CallMode::kRun) {
     // In a workspace, all three kernels must fit before the append writes the cache.
     DecodeRun step;
-    step.make(*cache, layer, head_view(0), t_attn, 0.0f, kv_len, counts, 1, options->kv_splits);
+    step.make(*cache, layer, head_view(0), t_attn, 0.0f, kv_len, counts, 1, kv_splits);
     if (!precheck_kernel(c, linear, in_proj.args) || !precheck_kernel(c, decode, step.args) ||
         !precheck_kernel(c, linear, out_proj.args) || !reserve_lengths(c, *cache, layer)) {
       return finish(c, nullptr);
@@ -355,12 +349,49 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
   }
   if (run_kernel(c, linear, in_proj.args) != ATTNGEN_OK) return finish(c, nullptr);
   if (mode == CallMode::kRun) append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
-  run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len,
-             options->kv_splits);
+  run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len, kv_splits);
   if (!c.ok()) return finish(c, nullptr);
   run_kernel(c, linear, out_proj.args);
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, decode);
+}
+
+// attngen_mha_decode() and its size query.
+attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
+                          const attngen_mha_weights* weights, attngen_kv_cache* cache,
+                          int64_t layer, attngen_tensor* y,
+                          const attngen_mha_decode_options* options, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && bytes == nullptr)
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
+  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
+  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "t")) return finish(c, nullptr);
+  CallerWeights own(weights->in_proj_weight, weights->in_proj_bias, "in_proj_bias",
+                    weights->out_proj_weight, weights->out_proj_bias);
+  return run_mha_decode(c, scratch, mode, x, own, weights, cache, layer, y, options->num_heads,
+                        options->counts, options->kv_splits, bytes);
+}
+
+// attngen_mha_layer_decode() and its size query.
+attngen_status layer_decode(CallMode mode, attngen_mha_layer* mha, const attngen_tensor* x,
+                            attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
+                            const attngen_mha_decode_options* options, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && bytes == nullptr)
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+  attngen_mha_decode_options opt{};
+  if (options != nullptr) opt = *options;
+  if (!check_layer_call(c, mha, x, y, "t", &opt.num_heads, /*f32_only=*/true)) {
+    return finish(c, nullptr);
+  }
+  LayerSource source(mha->layer);
+  return run_mha_decode(c, scratch, mode, x, source, nullptr, cache, layer, y, opt.num_heads,
+                        opt.counts, opt.kv_splits, bytes);
 }
 
 }  // namespace
@@ -388,6 +419,24 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
                                   attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
                                   const attngen_mha_decode_options* options) {
   return mha_decode(CallMode::kRun, x, weights, cache, layer, y, options, nullptr);
+}
+
+attngen_status attngen_mha_layer_decode(attngen_mha_layer* layer, const attngen_tensor* x,
+                                        attngen_kv_cache* cache, int64_t cache_layer,
+                                        attngen_tensor* y,
+                                        const attngen_mha_decode_options* options) {
+  return layer_decode(CallMode::kRun, layer, x, cache, cache_layer, y, options, nullptr);
+}
+
+attngen_status attngen_mha_layer_decode_workspace_size(attngen_mha_layer* layer,
+                                                       const attngen_tensor* x,
+                                                       const attngen_kv_cache* cache,
+                                                       int64_t cache_layer,
+                                                       const attngen_tensor* y,
+                                                       const attngen_mha_decode_options* options,
+                                                       size_t* bytes) {
+  return layer_decode(CallMode::kSize, layer, x, const_cast<attngen_kv_cache*>(cache),
+                      cache_layer, const_cast<attngen_tensor*>(y), options, bytes);
 }
 
 attngen_status attngen_mha_decode_workspace_size(const attngen_tensor* x,

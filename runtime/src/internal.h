@@ -121,6 +121,14 @@ bool check_no_alias(Check& c, const attngen_tensor& out, const char* out_name,
 bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
                      const attngen_tensor* y, int64_t num_heads, const char* seq,
                      bool floating = false);
+// Its parts: the four weights of E input features (dtype, or with dtype_of the dtype of the
+// tensor it names; "E of <embed_of>" in messages); y [B, seq, E] of x's dtype and clear of x
+// (xs: x's spec); num_heads positive and dividing E.
+bool check_mha_weights(Check& c, const attngen_mha_weights& weights, int64_t embed,
+                       attngen_dtype dtype, const char* dtype_of, const char* embed_of);
+bool check_mha_rows(Check& c, const attngen_tensor* x, const attngen_tensor* y, int64_t embed,
+                    const char* seq, const TensorSpec& xs);
+bool check_heads(Check& c, int64_t num_heads, int64_t embed);
 
 // A Halide view of an attngen tensor: dimensions reversed (innermost first).
 struct HalideView {

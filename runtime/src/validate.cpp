@@ -330,55 +330,76 @@ void make_view(HalideView& view, const attngen_tensor& t) {
   b.padding = nullptr;
 }
 
-bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
-                     const attngen_tensor* y, int64_t num_heads, const char* seq, bool floating) {
+bool check_mha_weights(Check& c, const attngen_mha_weights& weights, int64_t embed,
+                       attngen_dtype dtype, const char* dtype_of, const char* embed_of) {
   static const char* const kInWDims[] = {"3E", "E"};
   static const char* const kInBDims[] = {"3E"};
   static const char* const kOutWDims[] = {"E", "E"};
   static const char* const kOutBDims[] = {"E"};
+  const TensorSpec iws{"in_proj_weight", dtype, 2, kInWDims, false, false, dtype_of};
+  const TensorSpec ibs{"in_proj_bias", dtype, 1, kInBDims, false, false, dtype_of};
+  const TensorSpec ows{"out_proj_weight", dtype, 2, kOutWDims, false, false, dtype_of};
+  const TensorSpec obs{"out_proj_bias", dtype, 1, kOutBDims, false, false, dtype_of};
+  const attngen_tensor* in_b = weights.in_proj_bias;
+  const attngen_tensor* out_b = weights.out_proj_bias;
+  if (!check_tensor(c, weights.in_proj_weight, iws) ||
+      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
+      !check_tensor(c, weights.out_proj_weight, ows) ||
+      (out_b != nullptr && !check_tensor(c, out_b, obs))) {
+    return false;
+  }
+  const attngen_tensor& iw = *weights.in_proj_weight;
+  const attngen_tensor& ow = *weights.out_proj_weight;
+  const std::string e_of = std::string("E of ") + embed_of, three_e = "3 * " + e_of;
+  const char* of_e = e_of.c_str();
+  return check_dim(c, iw, iws, 0, 3 * embed, three_e.c_str()) &&
+         check_dim(c, iw, iws, 1, embed, of_e) &&
+         (in_b == nullptr || check_dim(c, *in_b, ibs, 0, 3 * embed, three_e.c_str())) &&
+         check_dim(c, ow, ows, 0, embed, of_e) && check_dim(c, ow, ows, 1, embed, of_e) &&
+         (out_b == nullptr || check_dim(c, *out_b, obs, 0, embed, of_e));
+}
+
+bool check_mha_rows(Check& c, const attngen_tensor* x, const attngen_tensor* y, int64_t embed,
+                    const char* seq, const TensorSpec& xs) {
+  const char* const rows_dims[] = {"B", seq, "E"};
+  const TensorSpec ys{"y", x->dtype, 3, rows_dims, /*output=*/true, false, xs.dtype_of};
+  if (!check_tensor(c, y, ys)) return false;
+  const std::string rows_of_x = std::string(seq) + " of x";
+  return check_dim(c, *y, ys, 0, x->shape[0], "B of x") &&
+         check_dim(c, *y, ys, 1, x->shape[1], rows_of_x.c_str()) &&
+         check_dim(c, *y, ys, 2, embed, "E of x") && check_no_alias(c, *y, "y", *x, "x");
+}
+
+bool check_heads(Check& c, int64_t num_heads, int64_t embed) {
+  if (num_heads <= 0 || embed % num_heads != 0) {
+    return c.fail(ATTNGEN_ERROR_HEADS,
+                  "num_heads is " + std::to_string(num_heads) +
+                      "; it must be positive and divide E = " + std::to_string(embed));
+  }
+  return true;
+}
+
+bool check_mha_layer(Check& c, const attngen_tensor* x, const attngen_mha_weights& weights,
+                     const attngen_tensor* y, int64_t num_heads, const char* seq, bool floating) {
   const char* const rows_dims[] = {"B", seq, "E"};
   const TensorSpec xs{"x", ATTNGEN_F32, 3, rows_dims, false, floating};
   if (!check_tensor(c, x, xs)) return false;
   // The others in x's dtype (F32 unless `floating`).
   const attngen_dtype dt = x->dtype;
   const char* of = floating ? "x" : nullptr;
-  const TensorSpec iws{"in_proj_weight", dt, 2, kInWDims, false, false, of};
-  const TensorSpec ibs{"in_proj_bias", dt, 1, kInBDims, false, false, of};
-  const TensorSpec ows{"out_proj_weight", dt, 2, kOutWDims, false, false, of};
-  const TensorSpec obs{"out_proj_bias", dt, 1, kOutBDims, false, false, of};
-  const TensorSpec ys{"y", dt, 3, rows_dims, /*output=*/true, false, of};
+  const int64_t embed = x->shape[2];
+  if (!check_mha_weights(c, weights, embed, dt, of, "x")) return false;
+  const TensorSpec xs_of{"x", dt, 3, rows_dims, false, false, of};
+  if (!check_mha_rows(c, x, y, embed, seq, xs_of) || !check_heads(c, num_heads, embed)) {
+    return false;
+  }
   const attngen_tensor* in_b = weights.in_proj_bias;
   const attngen_tensor* out_b = weights.out_proj_bias;
-  if (!check_tensor(c, weights.in_proj_weight, iws) ||
-      (in_b != nullptr && !check_tensor(c, in_b, ibs)) ||
-      !check_tensor(c, weights.out_proj_weight, ows) ||
-      (out_b != nullptr && !check_tensor(c, out_b, obs)) || !check_tensor(c, y, ys)) {
-    return false;
-  }
-  const int64_t batch = x->shape[0], rows = x->shape[1], embed = x->shape[2];
-  const attngen_tensor& iw = *weights.in_proj_weight;
-  const attngen_tensor& ow = *weights.out_proj_weight;
-  const std::string rows_of_x = std::string(seq) + " of x";
-  if (!check_dim(c, iw, iws, 0, 3 * embed, "3 * E of x") ||
-      !check_dim(c, iw, iws, 1, embed, "E of x") ||
-      (in_b != nullptr && !check_dim(c, *in_b, ibs, 0, 3 * embed, "3 * E of x")) ||
-      !check_dim(c, ow, ows, 0, embed, "E of x") || !check_dim(c, ow, ows, 1, embed, "E of x") ||
-      (out_b != nullptr && !check_dim(c, *out_b, obs, 0, embed, "E of x")) ||
-      !check_dim(c, *y, ys, 0, batch, "B of x") ||
-      !check_dim(c, *y, ys, 1, rows, rows_of_x.c_str()) ||
-      !check_dim(c, *y, ys, 2, embed, "E of x")) {
-    return false;
-  }
-  if (num_heads <= 0 || embed % num_heads != 0) {
-    return c.fail(ATTNGEN_ERROR_HEADS,
-                  "num_heads is " + std::to_string(num_heads) +
-                      "; it must be positive and divide E = " + std::to_string(embed));
-  }
-  const std::pair<const attngen_tensor*, const char*> inputs[] = {{x, "x"},
-                                                                  {&iw, "in_proj_weight"},
-                                                                  {in_b, "in_proj_bias"},
-                                                                  {&ow, "out_proj_weight"},
-                                                                  {out_b, "out_proj_bias"}};
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {
+      {weights.in_proj_weight, "in_proj_weight"},
+      {in_b, "in_proj_bias"},
+      {weights.out_proj_weight, "out_proj_weight"},
+      {out_b, "out_proj_bias"}};
   for (const auto& [in, name] : inputs) {
     if (in != nullptr && !check_no_alias(c, *y, "y", *in, name)) return false;
   }

@@ -300,6 +300,44 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
                                   attngen_kv_cache* cache, int64_t layer, attngen_tensor* y,
                                   const attngen_mha_decode_options* options);
 
+/* ---- A persistent MHA layer: the weights packed once ----
+ *
+ * The linear and MHA kernels read their weight matrices packed (panels of output features,
+ * each contiguous, in F32); attngen_mha() and attngen_mha_decode() pack the caller's weights into
+ * scratch on every call (for a decode step of one token that costs more than the step's
+ * products). A layer copies the weights of one nn.MultiheadAttention once, packed, and its calls
+ * read them from there: attngen_mha_layer_forward() is attngen_mha() and
+ * attngen_mha_layer_decode() is attngen_mha_decode() with the layer's weights, with the same
+ * results (bitwise, for the same kernel). The layer keeps 4 bytes per weight (F32 whatever the
+ * weights' dtype) and its biases; the caller's tensors may be freed once it is created. A call
+ * whose kernel reads panels of another width than those packed (another ISA by
+ * attngen_set_isa(), a kernel named in the options) packs the weights for it once, allocating
+ * (its size query does it first, so that calls in a workspace never allocate). Calls on one
+ * layer may run concurrently; destroying it must wait for them. */
+typedef struct attngen_mha_layer attngen_mha_layer;
+
+/* Creates a layer with H = num_heads heads in *layer from the weights of an
+ * nn.MultiheadAttention (as attngen_mha_weights: in_proj_weight [3E, E] F32, F16 or BF16, the
+ * others of its dtype, biases optional). ATTNGEN_ERROR_OUT_OF_MEMORY if the packed copy does not
+ * fit; on any error *layer is NULL. */
+attngen_status attngen_mha_layer_create(const attngen_mha_weights* weights, int64_t num_heads,
+                                        attngen_mha_layer** layer);
+
+/* Frees the layer. NULL is a no-op. */
+void attngen_mha_layer_destroy(attngen_mha_layer* layer);
+
+/* attngen_mha() with the layer's weights: x and y [B, S, E] of the layer's dtype. options may be
+ * NULL (no mask); its num_heads is 0 or the layer's. */
+attngen_status attngen_mha_layer_forward(attngen_mha_layer* layer, const attngen_tensor* x,
+                                         attngen_tensor* y, const attngen_mha_options* options);
+
+/* attngen_mha_decode() with the layer's weights (an F32 layer: x and y F32). options may be
+ * NULL (every row of x, kv_splits chosen); its num_heads is 0 or the layer's. */
+attngen_status attngen_mha_layer_decode(attngen_mha_layer* layer, const attngen_tensor* x,
+                                        attngen_kv_cache* cache, int64_t cache_layer,
+                                        attngen_tensor* y,
+                                        const attngen_mha_decode_options* options);
+
 /* ---- Workspaces: calls that never allocate ----
  *
  * A call made while a workspace is bound on its thread takes all its scratch memory from it:
@@ -363,6 +401,19 @@ attngen_status attngen_mha_decode_workspace_size(const attngen_tensor* x,
                                                  const attngen_tensor* y,
                                                  const attngen_mha_decode_options* options,
                                                  size_t* bytes);
+/* The layer calls' size queries (the second appends nothing and covers every length). */
+attngen_status attngen_mha_layer_forward_workspace_size(attngen_mha_layer* layer,
+                                                        const attngen_tensor* x,
+                                                        const attngen_tensor* y,
+                                                        const attngen_mha_options* options,
+                                                        size_t* bytes);
+attngen_status attngen_mha_layer_decode_workspace_size(attngen_mha_layer* layer,
+                                                       const attngen_tensor* x,
+                                                       const attngen_kv_cache* cache,
+                                                       int64_t cache_layer,
+                                                       const attngen_tensor* y,
+                                                       const attngen_mha_decode_options* options,
+                                                       size_t* bytes);
 /* Appends nothing. */
 attngen_status attngen_kv_cache_append_workspace_size(const attngen_kv_cache* cache, int64_t layer,
                                                       const attngen_tensor* k,

@@ -32,6 +32,10 @@ typedef enum attngen_mask_tensor_kind {
  * attention: q, k, v, kv_len, mask, layout, scale, softcap, bottom_right -> out, weights, lse
  * linear:    x, w, bias -> out
  * mha:       x, w (in_proj), bias, w2 (out_proj), bias2, kv_len, bottom_right -> out
+ *            (linear and mha weights packed: F32 [ceil(N / panel), E, panel], element
+ *            [n / panel, e, n % panel] the weight of output feature n and input feature e,
+ *            rows past N zero, panel = the kernel's weight_panel; the biases in the kernel's
+ *            dtype, as given)
  * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
  *            apart, K and V interleaved, of the cache's dtype), kv_len, q_len,
  *            capacity, window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
@@ -61,10 +65,11 @@ typedef struct attngen_kernel_args {
   int32_t v_finite;
 } attngen_kernel_args;
 
-/* The version of attngen_kernel_info and attngen_kernel_args (4: decode's v_finite). A descriptor
+/* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
+ * weight_panel). A descriptor
  * carries the version and the struct size of the build that wrote it; the runtime refuses one from
  * an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 4
+#define ATTNGEN_KERNEL_ABI_VERSION 5
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
@@ -108,6 +113,9 @@ typedef struct attngen_kernel_info {
   int32_t key_block;
   int32_t query_tile;
   int32_t key_chunk;
+  /* linear, mha: output features per panel of the packed weights the kernel reads (1: the
+   * nn.Linear layout, in F32); 0 for the other ops. */
+  int32_t weight_panel;
   /* The schedule tunables given ("query_tile=48 key_tile=8"; "" for none) and where they came
    * from: "" (defaults), "TUNABLES" (the variant's) or "<tuning file>#<shape class>"
    * (schedules/tuned/README.md); the kernel's tuning class ("" for ops without); every tunable's

@@ -1,0 +1,286 @@
+// Packed weights (weights.h) and the persistent MHA layer's life (attngen_mha_layer_create /
+// destroy); its calls are in api.cpp (forward) and decode.cpp (a decode step).
+#include "runtime/src/weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "runtime/src/convert.h"
+
+namespace attngen::rt {
+
+namespace {
+
+// Columns packed per pass over a panel's rows: a block of kColumns x panel floats (8 KiB at a
+// panel of 32) is written while the panel's rows are read in runs of kColumns elements.
+constexpr int64_t kColumns = 64;
+
+// The packing loop, over any source of rows: value(r, c) is w[r][c] in F32.
+template <typename Value>
+void pack_rows(int64_t n, int64_t e, int panel, float* out, Value value) {
+  const int64_t panels = (n + panel - 1) / panel;
+  for (int64_t po = 0; po < panels; ++po) {
+    float* dst = out + po * e * panel;
+    for (int64_t c0 = 0; c0 < e; c0 += kColumns) {
+      const int64_t c1 = std::min(e, c0 + kColumns);
+      for (int pi = 0; pi < panel; ++pi) {
+        const int64_t r = po * panel + pi;
+        if (r < n) {
+          for (int64_t col = c0; col < c1; ++col) dst[col * panel + pi] = value(r, col);
+        } else {
+          for (int64_t col = c0; col < c1; ++col) dst[col * panel + pi] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// Element [r][c] of a packed matrix.
+float packed_at(const float* p, int64_t e, int panel, int64_t r, int64_t c) {
+  return p[((r / panel) * e + c) * panel + r % panel];
+}
+
+}  // namespace
+
+float* packed_storage(int64_t floats) {
+  return static_cast<float*>(::operator new[](static_cast<size_t>(floats) * sizeof(float),
+                                              std::align_val_t{64}, std::nothrow));
+}
+
+void AlignedDelete::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+
+int64_t packed_floats(int64_t n, int64_t e, int panel) {
+  return (n + panel - 1) / panel * panel * e;
+}
+
+attngen_tensor packed_tensor(float* data, int64_t n, int64_t e, int panel) {
+  const int64_t shape[3] = {(n + panel - 1) / panel, e, panel};
+  return attngen_tensor_contiguous(data, ATTNGEN_F32, 3, shape);
+}
+
+void pack_weights(const attngen_tensor& w, int panel, float* out) {
+  const auto* base = static_cast<const char*>(w.data);
+  const size_t elem = dtype_size(w.dtype);
+  const int64_t rs = w.strides[0], cs = w.strides[1];
+  if (w.dtype == ATTNGEN_F32 && cs == 1) {
+    const auto* f = reinterpret_cast<const float*>(base);
+    pack_rows(w.shape[0], w.shape[1], panel, out,
+              [&](int64_t r, int64_t c) { return f[r * rs + c]; });
+    return;
+  }
+  pack_rows(w.shape[0], w.shape[1], panel, out, [&](int64_t r, int64_t c) {
+    return load_f32(base + static_cast<size_t>(r * rs) * elem, w.dtype, c * cs);
+  });
+}
+
+bool CallerWeights::packed(Check& c, CallScratch& scratch, int which, int panel,
+                           attngen_tensor* w) {
+  const attngen_tensor& t = *w_[which];
+  const int64_t floats = packed_floats(t.shape[0], t.shape[1], panel);
+  float* p = scratch.array<float>(c, static_cast<size_t>(floats), "the packed weights");
+  if (p == nullptr) return false;
+  pack_weights(t, panel, p);
+  *w = packed_tensor(p, t.shape[0], t.shape[1], panel);
+  return true;
+}
+
+bool CallerWeights::bias(Check& c, CallScratch& scratch, int which, attngen_dtype dtype,
+                         attngen_tensor* b) {
+  const attngen_tensor* given = b_[which];
+  if (given == nullptr) {  // zeros: all-zero bits in every dtype
+    const int64_t n = w_[which]->shape[0];
+    void* zeros = scratch.take(c, static_cast<size_t>(n) * sizeof(float), "a zero bias");
+    if (zeros == nullptr) return false;
+    std::memset(zeros, 0, static_cast<size_t>(n) * sizeof(float));
+    *b = attngen_tensor_contiguous(zeros, dtype, 1, &n);
+    return true;
+  }
+  if (dtype == given->dtype) {
+    *b = *given;
+    return true;
+  }
+  return staging_.input(c, *given, which == 0 ? b0_name_ : "out_proj_bias", b);
+}
+
+const float* PackedLayer::weights(int which, int panel) {
+  std::lock_guard<Mutex> lock(mutex);
+  for (const auto& p : panels) {
+    if (p->panel == panel) return p->w[which].get();
+  }
+  // Packed from the first panels (there always are some: attngen_mha_layer_create packs once).
+  const Panels& from = *panels.front();
+  auto next = std::make_unique<Panels>();
+  next->panel = panel;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t n = rows(i), floats = packed_floats(n, embed, panel);
+    next->w[i].reset(packed_storage(floats));
+    if (next->w[i] == nullptr) return nullptr;
+    const float* src = from.w[i].get();
+    const int p = from.panel;
+    const int64_t e = embed;
+    pack_rows(n, e, panel, next->w[i].get(),
+              [&](int64_t r, int64_t c) { return packed_at(src, e, p, r, c); });
+  }
+  panels.push_back(std::move(next));
+  return panels.back()->w[which].get();
+}
+
+bool LayerSource::packed(Check& c, CallScratch& scratch, int which, int panel,
+                         attngen_tensor* w) {
+  (void)scratch;
+  float* p = const_cast<float*>(layer_.weights(which, panel));
+  if (p == nullptr) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
+                  "out of memory packing the layer's weights for panels of " +
+                      std::to_string(panel) + " rows");
+  }
+  *w = packed_tensor(p, layer_.rows(which), layer_.embed, panel);
+  return true;
+}
+
+bool LayerSource::bias(Check& c, CallScratch& scratch, int which, attngen_dtype dtype,
+                       attngen_tensor* b) {
+  (void)c;
+  (void)scratch;
+  const int64_t n = layer_.rows(which);
+  void* data = dtype == ATTNGEN_F32 ? static_cast<void*>(layer_.bias32[which].data())
+                                    : static_cast<void*>(layer_.bias16[which].data());
+  *b = attngen_tensor_contiguous(data, dtype, 1, &n);
+  return true;
+}
+
+}  // namespace attngen::rt
+
+namespace attngen::rt {
+
+namespace {
+
+// The weight panel of the best kernel for the query (0: none fits).
+int panel_of(attngen_op op, attngen_dtype dtype, int64_t head_dim) {
+  KernelQuery query{op};
+  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = dtype;
+  query.head_dim_qk = query.head_dim_v = static_cast<int>(head_dim);
+  Check ignored;
+  const attngen_kernel_info* k = select_kernel(ignored, query, nullptr);
+  return k != nullptr ? k->weight_panel : 0;
+}
+
+// Packs both matrices for `panel` into a new entry of layer.panels; false when out of memory.
+bool add_panels(PackedLayer& layer, const attngen_mha_weights& w, int panel) {
+  auto p = std::make_unique<PackedLayer::Panels>();
+  p->panel = panel;
+  const attngen_tensor* m[2] = {w.in_proj_weight, w.out_proj_weight};
+  for (int i = 0; i < 2; ++i) {
+    p->w[i].reset(packed_storage(packed_floats(layer.rows(i), layer.embed, panel)));
+    if (p->w[i] == nullptr) return false;
+    pack_weights(*m[i], panel, p->w[i].get());
+  }
+  layer.panels.push_back(std::move(p));
+  return true;
+}
+
+}  // namespace
+
+bool check_layer_call(Check& c, const attngen_mha_layer* layer, const attngen_tensor* x,
+                      const attngen_tensor* y, const char* seq, int64_t* num_heads,
+                      bool f32_only) {
+  if (layer == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "layer is NULL");
+  const PackedLayer& l = layer->layer;
+  if (f32_only && l.dtype != ATTNGEN_F32) {
+    return c.fail(ATTNGEN_ERROR_DTYPE, std::string("the layer's weights are ") +
+                                           dtype_name(l.dtype) +
+                                           "; a decode step takes an F32 layer");
+  }
+  const char* const rows_dims[] = {"B", seq, "E"};
+  const TensorSpec xs{"x", l.dtype, 3, rows_dims, false, false, "the layer"};
+  if (!check_tensor(c, x, xs) || !check_dim(c, *x, xs, 2, l.embed, "E of the layer") ||
+      !check_mha_rows(c, x, y, l.embed, seq, xs)) {
+    return false;
+  }
+  if (*num_heads == 0) *num_heads = l.heads;
+  if (*num_heads != l.heads) {
+    return c.fail(ATTNGEN_ERROR_HEADS, "num_heads is " + std::to_string(*num_heads) +
+                                           "; the layer has " + std::to_string(l.heads) +
+                                           " (or pass 0)");
+  }
+  return true;
+}
+
+}  // namespace attngen::rt
+
+using namespace attngen::rt;
+
+extern "C" {
+
+attngen_status attngen_mha_layer_create(const attngen_mha_weights* weights, int64_t num_heads,
+                                        attngen_mha_layer** layer) {
+  Check c;
+  if (layer == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "layer is NULL");
+    return finish(c, nullptr);
+  }
+  *layer = nullptr;
+  if (weights == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
+    return finish(c, nullptr);
+  }
+  // E from in_proj_weight [3E, E] (rank and dtype first, so that its shape may be read).
+  static const char* const kInWDims[] = {"3E", "E"};
+  const TensorSpec first{"in_proj_weight", ATTNGEN_F32, 2, kInWDims, false, /*floating=*/true};
+  if (!check_tensor(c, weights->in_proj_weight, first)) return finish(c, nullptr);
+  const attngen_dtype dtype = weights->in_proj_weight->dtype;
+  const int64_t embed = weights->in_proj_weight->shape[1];
+  if (!check_mha_weights(c, *weights, embed, dtype, "in_proj_weight", "in_proj_weight") ||
+      !check_heads(c, num_heads, embed)) {
+    return finish(c, nullptr);
+  }
+  auto made = std::unique_ptr<attngen_mha_layer>(new (std::nothrow) attngen_mha_layer);
+  bool ok = made != nullptr;
+  if (ok) {
+    PackedLayer& l = made->layer;
+    l.embed = embed;
+    l.heads = num_heads;
+    l.dtype = dtype;
+    const attngen_tensor* biases[2] = {weights->in_proj_bias, weights->out_proj_bias};
+    try {
+      for (int i = 0; i < 2; ++i) {
+        const int64_t n = l.rows(i);
+        l.bias32[i].assign(static_cast<size_t>(n), 0.0f);
+        if (dtype != ATTNGEN_F32) l.bias16[i].assign(static_cast<size_t>(n), 0);
+        const attngen_tensor* b = biases[i];
+        if (b == nullptr) continue;
+        const auto* base = static_cast<const char*>(b->data);
+        for (int64_t j = 0; j < n; ++j) {
+          l.bias32[i][j] = load_f32(base, dtype, j * b->strides[0]);
+          if (dtype != ATTNGEN_F32) {
+            std::memcpy(&l.bias16[i][j], base + static_cast<size_t>(j * b->strides[0]) * 2, 2);
+          }
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      ok = false;
+    }
+    // Packed for the kernels a forward (of the layer's dtype, or F32 converted) and a decode
+    // step's projections would run; another width is packed when a call first needs it.
+    const int64_t dh = embed / num_heads;
+    int forward = panel_of(ATTNGEN_OP_MHA, dtype, dh);
+    if (forward == 0) forward = panel_of(ATTNGEN_OP_MHA, ATTNGEN_F32, dh);
+    const int step = panel_of(ATTNGEN_OP_LINEAR, ATTNGEN_F32, 0);
+    ok = ok && add_panels(l, *weights, forward > 0 ? forward : step > 0 ? step : 1);
+    ok = ok && (step <= 0 || step == l.panels.front()->panel || add_panels(l, *weights, step));
+  }
+  if (!ok) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
+           "out of memory copying the layer's weights (" + std::to_string(4 * embed * embed) +
+               " floats packed)");
+    return finish(c, nullptr);
+  }
+  *layer = made.release();
+  return finish(c, nullptr);
+}
+
+void attngen_mha_layer_destroy(attngen_mha_layer* layer) { delete layer; }
+
+}  // extern "C"
