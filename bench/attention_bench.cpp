@@ -10,7 +10,8 @@
 //                                 kernel that ran; skipped with a reason when none fits)
 //   openblas_composed/<name>/...  per (b, h): cblas_sgemm Q K^T * scale, stable softmax (causal
 //                                 mask when causal), cblas_sgemm P V
-// and attngen_mha/B4_S512_E768_H12 (the MHA layer, automatic choice). --threads=N (default: one
+// and attngen_mha/B4_S512_E768_H12 (the MHA layer, automatic choice; attngen_mha_layer/...: the
+// same through a persistent attngen_mha_layer, weights packed once). --threads=N (default: one
 // per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
 // bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
 // Always registered: the machine's ceilings (bench/ceilings.h): ceiling/fma_peak/<isa>/threads<n>
@@ -22,7 +23,8 @@
 // K and V read) each next to stream_read/<l3|dram>/... (a vectorised streaming read of as many
 // bytes, the memory's ceiling, in the same run), decode/<L2-resident shape>,
 // decode_cache/<dtype>/... next to stream_cache/<dtype>/..., and decode_splits/... (split-KV
-// against one task per kv head, on 2 threads).
+// against one task per kv head, on 2 threads), and mha_decode_step/<weights|layer>/... (one token
+// of the MHA layer over a KV cache: the caller's weights packed per step, or a persistent layer).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -33,6 +35,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -171,9 +174,21 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
   set_gflops(state, 2.0 * B * H * pairs * (Dqk + Dv));
 }
 
-// kernel_name NULL: automatic choice, as a user's call would get.
+using LayerPtr = std::unique_ptr<attngen_mha_layer, void (*)(attngen_mha_layer*)>;
+
+// A persistent layer of the weights (nullptr, with the state's error, if it cannot be made).
+LayerPtr make_layer(benchmark::State& state, const attngen_mha_weights& w, int64_t heads) {
+  attngen_mha_layer* layer = nullptr;
+  if (attngen_mha_layer_create(&w, heads, &layer) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+  }
+  return LayerPtr(layer, attngen_mha_layer_destroy);
+}
+
+// kernel_name NULL: automatic choice, as a user's call would get. persistent: through an
+// attngen_mha_layer made once (the weights packed once), else attngen_mha() (packed per call).
 void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mask, int64_t B,
-         int64_t S, int64_t E, int64_t H) {
+         int64_t S, int64_t E, int64_t H, bool persistent) {
   std::vector<float> x = random_vector(B * S * E, 1), in_w = random_vector(3 * E * E, 2);
   std::vector<float> out_w = random_vector(E * E, 3), y(B * S * E);
   const int64_t xs[] = {B, S, E}, iws[] = {3 * E, E}, ows[] = {E, E};
@@ -186,8 +201,12 @@ void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mas
   opt.num_heads = H;
   opt.mask = mask;
   opt.kernel = kernel_name;
+  LayerPtr layer(nullptr, attngen_mha_layer_destroy);
+  if (persistent && !(layer = make_layer(state, w, H))) return;
   for (auto _ : state) {
-    if (attngen_mha(&tx, &w, &ty, &opt) != ATTNGEN_OK) {
+    const attngen_status st = persistent ? attngen_mha_layer_forward(layer.get(), &tx, &ty, &opt)
+                                         : attngen_mha(&tx, &w, &ty, &opt);
+    if (st != ATTNGEN_OK) {
       state.SkipWithError(attngen_last_error());
       break;
     }
@@ -196,6 +215,63 @@ void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mas
   const double proj = 2.0 * B * S * E * (4.0 * E);
   const double attn = 4.0 * B * S * S * E * (mask == ATTNGEN_MASK_CAUSAL ? 0.5 : 1);
   set_gflops(state, proj + attn);
+}
+
+// One decode step of the MHA layer (B sequences, one token each, E features, H heads) over a
+// ring-buffer cache holding the last `keys` positions: through attngen_mha_decode() (weights
+// packed per step) or a persistent layer. The weights are read once a step (4 E^2 floats:
+// 9.4 MB at E 768), so the rate counted is GB/s of weights and K/V read.
+void mha_decode_step(benchmark::State& state, int64_t B, int64_t E, int64_t H, int64_t keys,
+                     bool persistent) {
+  std::vector<float> in_w = random_vector(3 * E * E, 2), out_w = random_vector(E * E, 3);
+  std::vector<float> in_b = random_vector(3 * E, 4), out_b = random_vector(E, 5);
+  std::vector<float> x = random_vector(B * E, 1), y(B * E);
+  const int64_t iws[] = {3 * E, E}, ows[] = {E, E}, ibs[] = {3 * E}, obs[] = {E}, xs[] = {B, 1, E};
+  attngen_tensor tiw = attngen_tensor_contiguous(in_w.data(), ATTNGEN_F32, 2, iws);
+  attngen_tensor tow = attngen_tensor_contiguous(out_w.data(), ATTNGEN_F32, 2, ows);
+  attngen_tensor tib = attngen_tensor_contiguous(in_b.data(), ATTNGEN_F32, 1, ibs);
+  attngen_tensor tob = attngen_tensor_contiguous(out_b.data(), ATTNGEN_F32, 1, obs);
+  attngen_tensor tx = attngen_tensor_contiguous(x.data(), ATTNGEN_F32, 3, xs);
+  attngen_tensor ty = attngen_tensor_contiguous(y.data(), ATTNGEN_F32, 3, xs);
+  const attngen_mha_weights w{&tiw, &tib, &tow, &tob};
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 1;
+  o.batch = B;
+  o.heads_kv = H;
+  o.head_dim_qk = E / H;
+  o.window = keys - 1;  // a ring of `keys` slots: every step attends the last `keys` positions
+  o.capacity = keys;
+  attngen_kv_cache* raw = nullptr;
+  if (attngen_kv_cache_create(&o, &raw) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  const std::unique_ptr<attngen_kv_cache, void (*)(attngen_kv_cache*)> cache(
+      raw, attngen_kv_cache_destroy);
+  attngen_mha_decode_options opt{};
+  opt.num_heads = H;
+  LayerPtr layer(nullptr, attngen_mha_layer_destroy);
+  if (persistent && !(layer = make_layer(state, w, H))) return;
+  const auto step = [&] {
+    return persistent ? attngen_mha_layer_decode(layer.get(), &tx, cache.get(), 0, &ty, &opt)
+                      : attngen_mha_decode(&tx, &w, cache.get(), 0, &ty, &opt);
+  };
+  for (int64_t p = 0; p < keys; ++p) {  // fill the ring
+    if (step() != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    if (step() != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  if (!state.error_occurred()) state.SetLabel(attngen_last_kernel());
+  const double bytes = 4.0 * (4.0 * E * E + 2.0 * B * keys * E);
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
 }
 
 // The matmul ceiling: single-precision GEMM n x n x n (label: the OpenBLAS core that ran, and
@@ -623,10 +699,20 @@ int main(int argc, char** argv) {
       if (!read_shape_files(list, &shapes)) return 1;
     }
     for (const ModelShape& m : shapes) register_shape(m);
-    benchmark::RegisterBenchmark("attngen_mha/B4_S512_E768_H12", mha, nullptr, ATTNGEN_MASK_NONE, 4,
-                                 512, 768, 12)
+    for (const bool persistent : {false, true}) {
+      benchmark::RegisterBenchmark(
+          persistent ? "attngen_mha_layer/B4_S512_E768_H12" : "attngen_mha/B4_S512_E768_H12", mha,
+          nullptr, ATTNGEN_MASK_NONE, 4, 512, 768, 12, persistent)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (const bool persistent : {false, true}) {
+    benchmark::RegisterBenchmark(persistent ? "mha_decode_step/layer/B1_E768_H12_Skv1024"
+                                            : "mha_decode_step/weights/B1_E768_H12_Skv1024",
+                                 mha_decode_step, 1, 768, 12, 1024, persistent)
         ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+        ->Unit(benchmark::kMicrosecond);
   }
   register_generic_price();
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
@@ -654,7 +740,7 @@ int main(int argc, char** argv) {
     } else if (k->op == ATTNGEN_OP_MHA) {
       const std::string name = std::string(k->name) + "/B4_S512_E768";
       benchmark::RegisterBenchmark(name.c_str(), mha, k->name, k->mask, 4, 512, 768,
-                                   768 / k->head_dim_qk)
+                                   768 / k->head_dim_qk, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # attngen against its CPU peers, in one run, on shape files of real models:
-#   attngen_attention() (automatic kernel choice) and attngen_mha(), the composed OpenBLAS
-#   attention (sgemm, softmax, sgemm), OpenBLAS sgemm 2048³ (on the OpenBLAS core this CPU
+#   attngen_attention() (automatic kernel choice) and the MHA layer (a persistent
+#   attngen_mha_layer), the composed OpenBLAS attention (sgemm, softmax, sgemm), OpenBLAS sgemm 2048³ (on the OpenBLAS core this CPU
 #   deserves: attngen_bench sets OPENBLAS_CORETYPE where OpenBLAS picks a lesser one) and the FMA
 #   peak (the arithmetic's limit), all from attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention.
 # Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen_<round>.json,
@@ -84,7 +84,7 @@ report_args=()
 for round in $(seq 1 "$rounds"); do
   echo "== round $round of $rounds: attngen and OpenBLAS"
   "$bench" --shapes="$shape_list" --threads="$threads" \
-    --benchmark_filter='^(attngen/|attngen_mha/|openblas_composed/|openblas_sgemm/|ceiling/fma_peak/)' \
+    --benchmark_filter='^(attngen/|attngen_mha(_layer)?/|openblas_composed/|openblas_sgemm/|ceiling/fma_peak/)' \
     --benchmark_min_time="$min_time" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true \
     --benchmark_out="$out/attngen_$round.json" --benchmark_out_format=json

@@ -15,10 +15,10 @@ class Linear : public Generator<Linear> {
   GeneratorParam<std::string> variant{"variant", "OP linear"};
 
   // Added in configure(), in this order, of the variant's element type.
-  Input<Buffer<>>* x = nullptr;     // (e, s, b)
+  Input<Buffer<>>* x = nullptr;          // (e, s, b)
   Input<Buffer<float, 3>>* w = nullptr;  // (pi, e, po): f32 panels (define_linear())
-  Input<Buffer<>>* bias = nullptr;  // (n)
-  Output<Buffer<>>* y = nullptr;    // (n, s, b)
+  Input<Buffer<>>* bias = nullptr;       // (n)
+  Output<Buffer<>>* y = nullptr;         // (n, s, b)
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kLinear);

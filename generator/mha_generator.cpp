@@ -23,9 +23,9 @@ class Mha : public Generator<Mha> {
 
   // Added in configure(), in this order; tensors of the variant's element type.
   Input<Buffer<>>* x = nullptr;                 // (e, s, b)
-  Input<Buffer<float, 3>>* in_w = nullptr;     // (pi, e, po): 3E rows as f32 panels
+  Input<Buffer<float, 3>>* in_w = nullptr;      // (pi, e, po): 3E rows as f32 panels
   Input<Buffer<>>* in_b = nullptr;              // (3E)
-  Input<Buffer<float, 3>>* out_w = nullptr;    // (pi, e, po): E rows as f32 panels
+  Input<Buffer<float, 3>>* out_w = nullptr;     // (pi, e, po): E rows as f32 panels
   Input<Buffer<>>* out_b = nullptr;             // (E)
   Input<Buffer<int32_t, 1>>* kv_len = nullptr;  // (b): key padding, <= S
   Input<bool>* bottom_right = nullptr;
@@ -117,8 +117,8 @@ class Mha : public Generator<Mha> {
     attngen::LinearShape out_shape{embed, embed, seq};
     out_shape.panel = in_shape.panel;
     out_shape.half_chunk = in_shape.half_chunk;
-    attngen::LinearFuncs out_proj = attngen::define_linear(
-        concat, *out_w, attngen::as_f32(*out_b), out_shape, "out_proj");
+    attngen::LinearFuncs out_proj =
+        attngen::define_linear(concat, *out_w, attngen::as_f32(*out_b), out_shape, "out_proj");
     (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());
 
     const int p = in_shape.panel;  // the weights' panels (define_linear())

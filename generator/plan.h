@@ -39,9 +39,9 @@ DecodeTunables decode_tunables(const KernelVariant& v);
 // What a kernel of the variant does on a target once the schedule has resolved it: the units
 // that tests and dispatch need, and every tunable's value ("query_tile=64 key_tile=6 ...").
 struct ResolvedVariant {
-  int key_block = 0;   // keys per block of the online softmax, 0 for whole score rows
-  int query_tile = 0;  // query rows per parallel task (attention)
-  int key_chunk = 0;   // keys per chunk of the row form's passes (attention)
+  int key_block = 0;     // keys per block of the online softmax, 0 for whole score rows
+  int query_tile = 0;    // query rows per parallel task (attention)
+  int key_chunk = 0;     // keys per chunk of the row form's passes (attention)
   int weight_panel = 0;  // output features per panel of the packed weights (linear, mha)
   std::vector<Tunable> schedule;
 };

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -504,6 +505,25 @@ TEST(Workspace, Mha) {
             y.init(m.dtype, {batch, seq, m.embed}, 0);
           },
           y, plain);
+      // The persistent layer of the same weights: its own size query, no allocation in the
+      // workspace, and bitwise attngen_mha()'s output.
+      attngen_mha_layer* packed = nullptr;
+      ASSERT_EQ(attngen_mha_layer_create(&layer.weights, m.heads, &packed), ATTNGEN_OK)
+          << attngen_last_error();
+      const std::unique_ptr<attngen_mha_layer, void (*)(attngen_mha_layer*)> owned(
+          packed, attngen_mha_layer_destroy);
+      size_t layer_bytes = 0;
+      ASSERT_EQ(
+          attngen_mha_layer_forward_workspace_size(packed, &x.t(), &y.t(), &opt, &layer_bytes),
+          ATTNGEN_OK)
+          << attngen_last_error();
+      EXPECT_LT(layer_bytes, bytes) << "the layer's calls pack nothing";
+      expect_workspace_runs(
+          layer_bytes, [&] { return attngen_mha_layer_forward(packed, &x.t(), &y.t(), &opt); },
+          [&] {
+            y.init(m.dtype, {batch, seq, m.embed}, 0);
+          },
+          y, plain);
     }
   }
 }
@@ -633,24 +653,37 @@ TEST(Workspace, MhaDecode) {
     co.heads_kv = heads;
     co.head_dim_qk = embed / heads;
     co.capacity = capacity;
-    OwnedCache ws_cache, plain_cache;
+    OwnedCache ws_cache, plain_cache, layer_cache;
     ASSERT_EQ(attngen_kv_cache_create(&co, &ws_cache.cache), ATTNGEN_OK);
     ASSERT_EQ(attngen_kv_cache_create(&co, &plain_cache.cache), ATTNGEN_OK);
+    ASSERT_EQ(attngen_kv_cache_create(&co, &layer_cache.cache), ATTNGEN_OK);
+    attngen_mha_layer* packed = nullptr;
+    ASSERT_EQ(attngen_mha_layer_create(&layer.weights, heads, &packed), ATTNGEN_OK)
+        << attngen_last_error();
+    const std::unique_ptr<attngen_mha_layer, void (*)(attngen_mha_layer*)> owned(
+        packed, attngen_mha_layer_destroy);
     attngen_mha_decode_options opt{};
     opt.num_heads = heads;
-    size_t bytes = 0, bytes_t1 = 0;
+    size_t bytes = 0, bytes_t1 = 0, layer_bytes = 0;
     for (int64_t t : {1, 4}) {
       Storage x({batch, t, embed}, 0), y({batch, t, embed}, 0);
-      size_t n = 0;
+      size_t n = 0, nl = 0;
       ASSERT_EQ(attngen_mha_decode_workspace_size(&x.t, &layer.weights, ws_cache.cache, 0, &y.t,
                                                   &opt, &n),
                 ATTNGEN_OK)
           << attngen_last_error();
-      std::printf("[ workspace ] mha_decode t=%lld: %zu bytes\n", static_cast<long long>(t), n);
+      ASSERT_EQ(attngen_mha_layer_decode_workspace_size(packed, &x.t, layer_cache.cache, 0, &y.t,
+                                                        nullptr, &nl),
+                ATTNGEN_OK)
+          << attngen_last_error();
+      std::printf("[ workspace ] mha_decode t=%lld: %zu bytes, %zu with the layer\n",
+                  static_cast<long long>(t), n, nl);
+      EXPECT_LT(nl, n) << "the layer's steps pack nothing";
       bytes = std::max(bytes, n);
+      layer_bytes = std::max(layer_bytes, nl);
       if (t == 1) bytes_t1 = n;
     }
-    Memory m(bytes, 5);
+    Memory m(bytes, 5), ml(layer_bytes, 3);
     std::vector<double> x_all;  // [S, E] so far
     const int64_t steps[] = {4, 1, 1, 1, 1, 1, 1, 4, 1, 1, 1, 1, 1};
     int64_t pos = 0, allocations = 0;
@@ -668,14 +701,24 @@ TEST(Workspace, MhaDecode) {
         Bound bound(m.p, bytes);
         st = attngen_mha_decode(&x.t, &layer.weights, ws_cache.cache, 0, &y.t, &opt);
       };
+      Storage yl({batch, t, embed}, 0);
+      attngen_status stl = ATTNGEN_OK;
+      const auto layer_step = [&] {
+        Bound bound(ml.p, layer_bytes);
+        stl = attngen_mha_layer_decode(packed, &x.t, layer_cache.cache, 0, &yl.t, nullptr);
+      };
       if (s == 0) {
         step();  // the layer's first append allocates its lengths
+        layer_step();
       } else {
         allocations += allocations_in(step);
+        allocations += allocations_in(layer_step);
       }
       ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
+      ASSERT_EQ(stl, ATTNGEN_OK) << attngen_last_error();
       pos += t;
       EXPECT_EQ(y.buf, plain.buf) << "step " << s;
+      EXPECT_EQ(yl.buf, plain.buf) << "step " << s << " of the persistent layer";
       const std::vector<double> full =
           reference_mha(x_all, batch, pos, embed, heads, layer.in_w.dense(), layer.in_b.dense(),
                         layer.out_w.dense(), layer.out_b.dense(), true, {});

@@ -677,8 +677,8 @@ attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tens
 // The MHA forward of a call's or a layer's weights, its tensors validated: x and y [B, S, E]
 // of the weights' dtype, num_heads dividing E.
 attngen_status run_mha(Check& c, CallScratch& scratch, CallMode mode, const attngen_tensor* x,
-                       LayerWeights& weights, attngen_tensor* y,
-                       const attngen_mha_options& options, size_t* bytes) {
+                       LayerWeights& weights, attngen_tensor* y, const attngen_mha_options& options,
+                       size_t* bytes) {
   if (!check_enums(c, options.mask, options.alignment)) return finish(c, nullptr);
   const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
   int32_t* kv_len = nullptr;
@@ -743,8 +743,7 @@ attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_wei
 
 // attngen_mha_layer_forward() and its size query.
 attngen_status layer_forward(CallMode mode, attngen_mha_layer* layer, const attngen_tensor* x,
-                             attngen_tensor* y, const attngen_mha_options* options,
-                             size_t* bytes) {
+                             attngen_tensor* y, const attngen_mha_options* options, size_t* bytes) {
   Check c;
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);

@@ -431,12 +431,11 @@ attngen_status attngen_mha_layer_decode(attngen_mha_layer* layer, const attngen_
 attngen_status attngen_mha_layer_decode_workspace_size(attngen_mha_layer* layer,
                                                        const attngen_tensor* x,
                                                        const attngen_kv_cache* cache,
-                                                       int64_t cache_layer,
-                                                       const attngen_tensor* y,
+                                                       int64_t cache_layer, const attngen_tensor* y,
                                                        const attngen_mha_decode_options* options,
                                                        size_t* bytes) {
-  return layer_decode(CallMode::kSize, layer, x, const_cast<attngen_kv_cache*>(cache),
-                      cache_layer, const_cast<attngen_tensor*>(y), options, bytes);
+  return layer_decode(CallMode::kSize, layer, x, const_cast<attngen_kv_cache*>(cache), cache_layer,
+                      const_cast<attngen_tensor*>(y), options, bytes);
 }
 
 attngen_status attngen_mha_decode_workspace_size(const attngen_tensor* x,

@@ -410,8 +410,7 @@ attngen_status attngen_mha_layer_forward_workspace_size(attngen_mha_layer* layer
 attngen_status attngen_mha_layer_decode_workspace_size(attngen_mha_layer* layer,
                                                        const attngen_tensor* x,
                                                        const attngen_kv_cache* cache,
-                                                       int64_t cache_layer,
-                                                       const attngen_tensor* y,
+                                                       int64_t cache_layer, const attngen_tensor* y,
                                                        const attngen_mha_decode_options* options,
                                                        size_t* bytes);
 /* Appends nothing. */
