@@ -75,7 +75,7 @@ nlohmann::json search_space(const KernelVariant& v, const TargetRow& t) {
     const std::vector<std::string> names = tunable_names(v);
     return std::find(names.begin(), names.end(), n) != names.end();
   };
-  if (v.op == Op::kLinear) {
+  if (v.op == Op::kLinear || v.op == Op::kMha) {  // mha: its projections
     s["n_vectors"] = {1, 2, 3, 4, 5, 6};
     s["rows"] = {1, 2, 3, 4, 6, 8, 12};
     s["row_block"] = {8, 16, 32, 64, 128, 256};

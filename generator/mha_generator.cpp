@@ -64,8 +64,10 @@ class Mha : public Generator<Mha> {
 
     attngen::LinearShape in_shape{embed, 3 * embed, seq};
     in_shape.half_chunk = attngen::linear_half_chunk(v, get_target());
-    attngen::LinearTunables requested_linear;
-    requested_linear.transpose_x = 1;  // measured: see schedule_linear_simd
+    // The projections' tunables (TUNABLES: the linear op's), their rows transposed (measured:
+    // see schedule_linear_simd).
+    attngen::LinearTunables requested_linear = attngen::linear_tunables(v);
+    requested_linear.transpose_x = 1;
     const attngen::LinearTunables linear_tunables =
         attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
     attngen::LinearFuncs in_proj = attngen::define_linear(

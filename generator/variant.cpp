@@ -568,7 +568,8 @@ std::vector<std::string> tunable_names(const KernelVariant& v) {
       add(kDecodeTunables);
       names.push_back("key_block");
       break;
-    case Op::kMha:
+    case Op::kMha:  // its projections' (the attention between them takes the defaults)
+      add(kLinearTunables);
       break;
   }
   // The variant's own form and tile are its identity, not tunables.
