@@ -1,6 +1,6 @@
 // attngen demo: a causal multi-head self-attention layer (PyTorch nn.MultiheadAttention
-// weights) and a grouped-query attention call, both run through the C API and checked against
-// the float64 reference. Exits non-zero if either is off.
+// weights, per call and as a persistent layer) and a grouped-query attention call, run through
+// the C API and checked against the float64 reference. Exits non-zero if any is off.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,8 +92,32 @@ int main() {
   const std::vector<double> dx(x.begin(), x.end()), diw(in_w.begin(), in_w.end()),
       dib(in_b.begin(), in_b.end()), dow(out_w.begin(), out_w.end()),
       dob(out_b.begin(), out_b.end());
-  ok &= report("MHA vs float64 reference", y,
-               attngen::test::reference_mha(dx, B, S, E, H, diw, dib, dow, dob, true, {}), mha_ms);
+  const std::vector<double> want =
+      attngen::test::reference_mha(dx, B, S, E, H, diw, dib, dow, dob, true, {});
+  ok &= report("MHA vs float64 reference", y, want, mha_ms);
+
+  // The same layer made once (its weights packed once), then called: attngen_mha()'s output.
+  attngen_mha_layer* layer = nullptr;
+  st = attngen_mha_layer_create(&weights, H, &layer);
+  if (st != ATTNGEN_OK) {
+    std::printf("attngen_mha_layer_create: %s: %s\n", attngen_status_name(st),
+                attngen_last_error());
+    return 1;
+  }
+  std::vector<float> y_layer(y.size());
+  attngen_tensor ty_layer = attngen_tensor_contiguous(y_layer.data(), ATTNGEN_F32, 3, xs);
+  const double layer_ms =
+      best_ms([&] { st = attngen_mha_layer_forward(layer, &tx, &ty_layer, &mha); }, 5);
+  attngen_mha_layer_destroy(layer);
+  if (st != ATTNGEN_OK) {
+    std::printf("attngen_mha_layer_forward: %s: %s\n", attngen_status_name(st),
+                attngen_last_error());
+    return 1;
+  }
+  ok &= report("persistent MHA layer vs reference", y_layer, want, layer_ms);
+  const bool same = y_layer == y;
+  std::printf("  persistent layer == attngen_mha(): %s\n", same ? "bitwise" : "DIFFERS");
+  ok &= same;
 
   // 2. Grouped-query attention: 8 query heads over 2 kv heads, head dim 64, Sq != Skv.
   const int64_t Sq = 96, Skv = 160, Hq = 8, Hkv = 2, D = 64;
