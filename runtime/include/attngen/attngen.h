@@ -313,7 +313,8 @@ attngen_status attngen_mha_decode(const attngen_tensor* x, const attngen_mha_wei
  * whose kernel reads panels of another width than those packed (another ISA by
  * attngen_set_isa(), a kernel named in the options) packs the weights for it once, allocating
  * (its size query does it first, so that calls in a workspace never allocate). Calls on one
- * layer may run concurrently; destroying it must wait for them. */
+ * layer may run concurrently (not in an ATTNGEN_SINGLE_THREADED build, whose calls come from
+ * one thread at a time); destroying it must wait for them. */
 typedef struct attngen_mha_layer attngen_mha_layer;
 
 /* Creates a layer with H = num_heads heads in *layer from the weights of an
