@@ -335,6 +335,24 @@ TEST_F(AttentionValidation, IncompatibleDescriptorIsRefused) {
   EXPECT_EQ(g_fake_runs, 0);
 }
 
+// A linear or mha descriptor must say how its packed weights are laid out: panels of at least
+// one row (the runtime divides by it).
+TEST_F(AttentionValidation, LayerDescriptorWithoutWeightPanelIsRefused) {
+  for (const attngen_op op : {ATTNGEN_OP_LINEAR, ATTNGEN_OP_MHA}) {
+    static attngen_kernel_info info[2];
+    attngen_kernel_info& k = info[op == ATTNGEN_OP_MHA];
+    k = hand_descriptor(op == ATTNGEN_OP_MHA ? "test_mha_no_panel" : "test_linear_no_panel",
+                        "generic", fake_run);
+    k.op = op;
+    k.weight_panel = 0;
+    EXPECT_EQ(attngen_register_kernel(&k), ATTNGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attngen_last_error()).find("weight_panel"), std::string::npos)
+        << attngen_last_error();
+    EXPECT_EQ(attngen_find_kernel(k.name), nullptr);
+  }
+  EXPECT_EQ(g_fake_runs, 0);
+}
+
 TEST_F(AttentionValidation, KernelFailureIsCapturedNotPrinted) {
   static attngen_kernel_info info = hand_descriptor("test_failing_kernel", "generic", failing_run);
   if (attngen_find_kernel(info.name) == nullptr) {

@@ -428,6 +428,14 @@ attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
         return attngen::rt::finish(c, nullptr);
       }
     }
+    // The packed weights of a linear or MHA kernel have panels of at least one row.
+    if ((k.op == ATTNGEN_OP_LINEAR || k.op == ATTNGEN_OP_MHA) && k.weight_panel < 1) {
+      c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "kernel descriptor's weight_panel is " +
+                                                 std::to_string(k.weight_panel) +
+                                                 ", expected at least 1 for a linear or mha "
+                                                 "kernel");
+      return attngen::rt::finish(c, nullptr);
+    }
     for (const attngen_dtype* t : {&d.q, &d.k, &d.v, &d.out, &d.mask, &d.cache}) {
       if (!is_dtype(enum_value(*t))) {
         c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "kernel descriptor's dtypes hold " +

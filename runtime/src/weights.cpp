@@ -77,8 +77,9 @@ void pack_panels(const attngen_tensor& w, int panel, float* out, int64_t po0, in
 }
 
 // The panels split into tasks of Halide's thread pool (as the kernels' parallel loops: with the
-// pool held by a KernelRunScope). Packing on the calling thread alone made attngen_mha() 4%
-// slower than the packing inside the kernel it replaced (B4 S512 E768, 2 threads).
+// pool held by a KernelRunScope). Packed on the calling thread alone, attngen_mha() was 4-5%
+// slower than with the packing inside its kernel (B4 S512 E768, 2 threads; now about 3%,
+// bench/RESULTS.md).
 struct PackJob {
   const attngen_tensor* w;
   int panel;
