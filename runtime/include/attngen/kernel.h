@@ -66,9 +66,9 @@ typedef struct attngen_kernel_args {
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
- * weight_panel). A descriptor
- * carries the version and the struct size of the build that wrote it; the runtime refuses one from
- * an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
+ * weight_panel). A descriptor carries the version and the struct size of the build that wrote
+ * it; the runtime refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of
+ * misreading it. */
 #define ATTNGEN_KERNEL_ABI_VERSION 5
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
