@@ -468,13 +468,6 @@ const attngen_kernel_info* select_or_convert(Check& c, KernelQuery query, const 
   return select_kernel(c, query, nullptr);
 }
 
-// A linear or mha call's query: every tensor of x's dtype (the descriptors' q, k, v and out).
-KernelQuery layer_query(attngen_op op, attngen_dtype dtype) {
-  KernelQuery query{op};
-  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = dtype;
-  return query;
-}
-
 // What the call asks a kernel for (registry.cpp matches it against the descriptors).
 KernelQuery attention_query(const AttentionCall& call) {
   const attngen_attention_options& opt = call.opt;

@@ -156,6 +156,13 @@ struct KernelQuery {
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 
+// A linear or mha call's query: every tensor of x's dtype (the descriptors' q, k, v and out).
+inline KernelQuery layer_query(attngen_op op, attngen_dtype dtype) {
+  KernelQuery query{op};
+  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = dtype;
+  return query;
+}
+
 // Multiply-adds per second of AVX512-BF16 dot products (vdpbf16ps) over those of 512-bit f32
 // FMAs on this CPU, measured once per process (cpu_rates.cpp); 0 where it has no AVX512-BF16.
 // The avx512bf16 kernels halve the FMA kernels' product instructions and add the rounding of

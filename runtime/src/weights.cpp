@@ -143,7 +143,7 @@ bool CallerWeights::bias(Check& c, CallScratch& scratch, int which, attngen_dtyp
   return staging_.input(c, *given, which == 0 ? b0_name_ : "out_proj_bias", b);
 }
 
-const float* PackedLayer::weights(int which, int panel) {
+float* PackedLayer::weights(int which, int panel) {
   std::lock_guard<Mutex> lock(mutex);
   for (const auto& p : panels) {
     if (p->panel == panel) return p->w[which].get();
@@ -170,7 +170,7 @@ const float* PackedLayer::weights(int which, int panel) {
 
 bool LayerSource::packed(Check& c, CallScratch& scratch, int which, int panel, attngen_tensor* w) {
   (void)scratch;
-  float* p = const_cast<float*>(layer_.weights(which, panel));
+  float* p = layer_.weights(which, panel);
   if (p == nullptr) {
     return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
                   "out of memory packing the layer's weights for panels of " +
@@ -199,8 +199,7 @@ namespace {
 
 // The weight panel of the best kernel for the query (0: none fits).
 int panel_of(attngen_op op, attngen_dtype dtype, int64_t head_dim) {
-  KernelQuery query{op};
-  query.dtypes.q = query.dtypes.k = query.dtypes.v = query.dtypes.out = dtype;
+  KernelQuery query = layer_query(op, dtype);
   query.head_dim_qk = query.head_dim_v = static_cast<int>(head_dim);
   Check ignored;
   const attngen_kernel_info* k = select_kernel(ignored, query, nullptr);

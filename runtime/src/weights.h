@@ -81,7 +81,7 @@ struct PackedLayer {
   int64_t rows(int which) const { return which == 0 ? 3 * embed : embed; }
   // Weight matrix `which` packed for `panel`, packing it (from the first panels) if no panels of
   // that width exist yet; nullptr when out of memory.
-  const float* weights(int which, int panel);
+  float* weights(int which, int panel);
 };
 
 // A call's view of a layer.
