@@ -53,19 +53,19 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
   Var ro("ro"), ri("ri");
 
   Func out = f.out;
-  schedule_row_form_output(f, spec, info, t, task);
+  const Var head = schedule_row_form_output(f, spec, info, t, task);
 
   // K and V of a head converted to f32 with dense loads, then packed in pairs back in bf16, once
   // before its query tiles run. (Packing straight from the bf16 input gathers 16-bit elements,
   // which LLVM's Sapphire Rapids CPU moves with AVX512-FP16 instructions (vmovw) that the
   // AVX512-BF16 CPUs without FP16, AMD's Zen 4 and 5, lack; 32-bit gathers have no such form.)
-  f.k.compute_at(out, h).vectorize(d, lanes_dividing(spec.head_dim_qk, info));
-  f.v.compute_at(out, h).vectorize(d, dv_lanes);
+  f.k.compute_at(out, head).vectorize(d, lanes_dividing(spec.head_dim_qk, info));
+  f.v.compute_at(out, head).vectorize(d, dv_lanes);
   {
     const std::vector<Var> kp = f.k_pairs.args();  // (l, j, rr, h, b)
-    f.k_pairs.compute_at(out, h).vectorize(kp[0]).vectorize(kp[1], lanes);
+    f.k_pairs.compute_at(out, head).vectorize(kp[0]).vectorize(kp[1], lanes);
     const std::vector<Var> vp = f.v_pairs.args();  // (l, d, jj, h, b)
-    f.v_pairs.compute_at(out, h).vectorize(vp[0]).vectorize(vp[1], dv_lanes, dv_tail);
+    f.v_pairs.compute_at(out, head).vectorize(vp[0]).vectorize(vp[1], dv_lanes, dv_tail);
   }
 
   const auto per_tile_rows = [&](Func g) -> Func {

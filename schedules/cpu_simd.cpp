@@ -75,21 +75,22 @@ void stage_head_kv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo
 
 }  // namespace
 
-void schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
-                              const TargetInfo& info, const AttentionTunables& t, const Var& task) {
+Var schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
+                             const TargetInfo& info, const AttentionTunables& t, const Var& task) {
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
-  Var io("io"), ii("ii"), vo("vo"), vi("vi");
+  Var io("io"), ii("ii"), vo("vo"), vi("vi"), head("head");
   Func out = f.out;
   out.split(f.i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
       .split(f.d, vo, vi, dv_lanes, dv_tail)
       .reorder(vi, vo, ii, io, f.h, f.b)
       .vectorize(vi)
       .unroll(vo)
-      .parallel(f.b)
-      .parallel(f.h)
+      .fuse(f.h, f.b, head)
+      .parallel(head)
       .rename(io, task);
   parallel_tasks(out, task, t.parallel_grain);
+  return head;
 }
 
 void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
@@ -102,8 +103,8 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   Var vo("vo"), vi("vi");
 
   Func out = f.out;
-  schedule_row_form_output(f, spec, info, t, task);
-  stage_head_kv(f, spec, info, out, h, t.stage_kv);
+  const Var head = schedule_row_form_output(f, spec, info, t, task);
+  stage_head_kv(f, spec, info, out, head, t.stage_kv);
 
   // The row statistics and acc of the tile: rows qi of tile qt (the task's).
   const auto per_tile_rows = [&](Func g) -> Func {

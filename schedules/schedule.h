@@ -47,10 +47,10 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t);
 // The output stage of the CPU row form: query tiles of t.query_tile rows (the loop renamed
 // `task`, parallel in work items of t.parallel_grain tiles), Dv vectorised, batches and heads
-// parallel.
-void schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
-                              const TargetInfo& info, const AttentionTunables& t,
-                              const Halide::Var& task);
+// one parallel loop, which it returns (what per-head stages are computed at).
+Halide::Var schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
+                                     const TargetInfo& info, const AttentionTunables& t,
+                                     const Halide::Var& task);
 // The row form with bf16 products in pairs (AttentionSpec::bf16_pairs), AVX512-BF16.
 void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
                                    const TargetInfo& info, const AttentionTunables& t);
