@@ -318,9 +318,9 @@ int do_par_for(void* user_context, halide_task_t fn, int min, int size, uint8_t*
   if (t_width > 0 && spreads_evenly(t_width, thread_count())) {
     return run_serially(user_context, fn, min, size, closure);
   }
-  WidthClosure w{fn, closure,
-                 static_cast<int>(std::min<int64_t>(int64_t{std::max(t_width, 1)} * size,
-                                                    int64_t{1} << 30))};
+  WidthClosure w{
+      fn, closure,
+      static_cast<int>(std::min<int64_t>(int64_t{std::max(t_width, 1)} * size, int64_t{1} << 30))};
   return halide_default_do_par_for(user_context, with_width, min, size,
                                    reinterpret_cast<uint8_t*>(&w));
 }
