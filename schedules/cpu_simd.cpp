@@ -1,10 +1,11 @@
 // Tiled CPU schedules for SIMD targets: written and measured for x86 AVX-512, used with the
 // narrower vectors of AVX2 and NEON until those get schedules of their own.
 //
-// Attention: parallel over batches, heads (K and V of a head packed contiguous once, stage_kv 2)
-// and query tiles. Per query tile the row of scores (query_tile x the keys it visits, query rows
-// innermost) stays in L2, so the row max, exp and row sum are plain vertical vector ops. Two
-// register-blocked inner loops do the flops:
+// Attention: parallel over batches and heads, one loop (K and V of a head packed contiguous
+// once, stage_kv 2), and the query tiles of a head (which the runtime runs in order where the
+// heads alone spread evenly over the threads, runtime/src/allocator.cpp). Per query tile the row of
+// scores (query_tile x the keys it visits, query rows innermost) stays in L2, so the row max, exp
+// and row sum are plain vertical vector ops. Two register-blocked inner loops do the flops:
 //   q.k : query_tile/lanes vectors x key_tile keys of accumulators, K broadcast from memory;
 //   p.v : pv_rows rows x Dv/lanes vectors of accumulators over a chunk of pv_chunk keys, V rows
 //         loaded as vectors, every row group of the tile passing over a chunk while it is in L1.
