@@ -217,13 +217,19 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   if (spec.half_pv_chunk > 0) {
     schedule_half_pv(f, spec, info, t);  // schedules/neon_fp16.cpp
   } else {
-    pv.update()
-        .split(i, ro, ri, t.pv_rows)
-        .split(d, vo, vi, dv_lanes, dv_tail)
-        .reorder(vi, vo, ri, f.rk, ro)
-        .vectorize(vi)
-        .unroll(vo)
-        .unroll(ri);
+    // As in the row form, every row group passes over a chunk of the block's keys before the
+    // next, so that chunk of V and of probs is read from L1 (at D64 a block of 128 keys of both
+    // is 64 KiB, more than the L1 of the AVX-512 CPUs).
+    RVar rko("rko"), rki("rki");
+    Stage u = pv.update();
+    u.split(i, ro, ri, t.pv_rows).split(d, vo, vi, dv_lanes, dv_tail);
+    if (t.pv_chunk < spec.key_block) {
+      u.split(f.rk, rko, rki, t.pv_chunk, TailStrategy::GuardWithIf)
+          .reorder(vi, vo, ri, rki, ro, rko);
+    } else {
+      u.reorder(vi, vo, ri, f.rk, ro);
+    }
+    u.vectorize(vi).unroll(vo).unroll(ri);
   }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
