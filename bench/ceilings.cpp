@@ -1,6 +1,7 @@
 #include "ceilings.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -388,12 +389,20 @@ void stream_read(benchmark::State& state, double bytes, int threads) {
 #endif
   const size_t slice = static_cast<size_t>(bytes / sizeof(float)) / threads / step * step;
   const size_t n = slice * threads;
+  // In 2 MiB pages, aligned to them, as the runtime asks for a KV cache's storage
+  // (runtime/src/kv_cache.cpp): the ceiling of a decode reads memory paged as the decode's is.
+  constexpr size_t kHuge = size_t{2} << 20;
   std::unique_ptr<float, decltype(&std::free)> buf(
-      static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)), &std::free);
+      static_cast<float*>(
+          std::aligned_alloc(kHuge, (n * sizeof(float) + kHuge - 1) / kHuge * kHuge)),
+      &std::free);
   if (!buf) {
     state.SkipWithError("out of memory");
     return;
   }
+#if defined(MADV_HUGEPAGE)
+  madvise(buf.get(), (n * sizeof(float) + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+#endif
   for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
   std::vector<float> sums(static_cast<size_t>(threads) * 16);
   Team team(threads);
