@@ -392,16 +392,15 @@ void stream_read(benchmark::State& state, double bytes, int threads) {
   // In 2 MiB pages, aligned to them, as the runtime asks for a KV cache's storage
   // (runtime/src/kv_cache.cpp): the ceiling of a decode reads memory paged as the decode's is.
   constexpr size_t kHuge = size_t{2} << 20;
+  const size_t alloc_bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
   std::unique_ptr<float, decltype(&std::free)> buf(
-      static_cast<float*>(
-          std::aligned_alloc(kHuge, (n * sizeof(float) + kHuge - 1) / kHuge * kHuge)),
-      &std::free);
+      static_cast<float*>(std::aligned_alloc(kHuge, alloc_bytes)), &std::free);
   if (!buf) {
     state.SkipWithError("out of memory");
     return;
   }
 #if defined(MADV_HUGEPAGE)
-  madvise(buf.get(), (n * sizeof(float) + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+  madvise(buf.get(), alloc_bytes, MADV_HUGEPAGE);
 #endif
   for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
   std::vector<float> sums(static_cast<size_t>(threads) * 16);
