@@ -36,13 +36,13 @@ void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Ex
                           const Expr& l) {
   const Var &j = f.j, &i = f.i, &h = f.h, &b = f.b;
   if (spec.weights) {
-    f.weights = Func("weights");
+    f.weights = Func(spec.part + "weights");
     // (Masked keys weigh 0 in rows made NaN by a NaN score too.)
     const Expr s = f.scores(j, i, h, b);
     f.weights(j, i, h, b) = select(is_plus_zero(l) || is_masked(s), 0.0f, softmax_exp(s - m) / l);
   }
   if (spec.lse) {
-    f.lse = Func("lse");
+    f.lse = Func(spec.part + "lse");
     // (Halide's vectorised log reads NaN's exponent field as 128: 89.1 for log(NaN). A NaN sum
     // is passed on as it is.)
     f.lse(i, h, b) = select(is_plus_zero(l), Expr(-std::numeric_limits<float>::infinity()),
@@ -67,8 +67,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b, &kb = f.kb;
   const Var &qi = f.qi, &qt = f.qt;
   const int block = spec.key_block, tile = spec.query_tile;
-  f.rk = RDom(0, block, "rk");
-  f.rb = RDom(0, (in.seq_kv + block - 1) / block, "rb");
+  f.rk = RDom(0, block, spec.part + "rk");
+  f.rb = RDom(0, (in.seq_kv + block - 1) / block, spec.part + "rb");
   const RDom &rk = f.rk, &rb = f.rb;
 
   // Key blocks with at least one attended key for some row of tile qt.
@@ -97,8 +97,9 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   }
   f.rb.where(visit);
 
-  const KeyBlockStats stats = define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b},
-                                                     f.v_finite, spec.half_pv_chunk);
+  const KeyBlockStats stats =
+      define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b}, f.v_finite,
+                             spec.half_pv_chunk, Func(), spec.part);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
@@ -108,7 +109,7 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.rx = stats.rx;
   f.rh = stats.rh;
 
-  f.state = Func("state");
+  f.state = Func(spec.part + "state");
   f.state(d, qi, qt, h, b) = initial_softmax_state();
   Expr row = qt * tile + qi;
   const SoftmaxState merged = online_merge(
@@ -116,19 +117,95 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
       {f.block_pv(d, rb, row, h, b), f.block_max(rb, row, h, b), f.block_sum(rb, row, h, b)});
   f.state(d, qi, qt, h, b) = Tuple(merged.acc, merged.max, merged.sum);
 
-  f.out = Func("attention");
+  f.out = Func(spec.part + "attention");
   f.out(d, h, i, b) =
       normalise(f.state(d, i % tile, i / tile, h, b)[0], f.state(d, i % tile, i / tile, h, b)[2]);
   define_extra_outputs(f, spec, f.state(0, i % tile, i / tile, h, b)[1],
                        f.state(0, i % tile, i / tile, h, b)[2]);
 }
 
+// AttentionSpec::strided_classes. Class c = b * stride + r holds the positions r (mod stride):
+// its row t is position (first + t) * stride + r, first = floor(offset / stride) with offset the
+// batch's position of query 0, so that rows 0 .. (Sq + stride - 2) / stride cover every query of
+// the class (rows outside [0, Sq) are computed from a clamped query and never read); its key u is
+// key u * stride + r, causal where the kernel is: u <= first + t, the class problem's offset.
+AttentionFuncs define_strided_classes(const AttentionSpec& spec, const AttentionInputs& in) {
+  const int l = spec.pattern.stride, dv = spec.head_dim_v, tile = spec.query_tile;
+  AttentionFuncs f = define_attention(strided_band_spec(spec), in);
+
+  Var d("d"), h("h"), s("s"), c("c");
+  const auto offset_of = [&in](const Expr& b) {
+    return select(in.bottom_right, in.kv_len(b) - in.seq_q, 0);
+  };
+  AttentionInputs ci = in;
+  ci.seq_q = (in.seq_q + l - 2) / l + 1;
+  ci.seq_kv = (in.seq_kv + l - 1) / l;
+  ci.batch = in.batch * l;
+  {
+    Expr b = c / l, r = c % l, first = offset_of(b) / l;  // (Halide's / and % round down)
+    Expr row = clamp((first + s) * l + r - offset_of(b), 0, in.seq_q - 1);
+    Expr key = clamp(s * l + r, 0, in.seq_kv - 1);
+    ci.q = Func("class_q");
+    ci.q(d, h, s, c) = in.q(d, h, row, b);
+    ci.k = Func("class_k");
+    ci.k(d, h, s, c) = in.k(d, h, key, b);
+    ci.v = Func("class_v");
+    ci.v(d, h, s, c) = in.v(d, h, key, b);
+    ci.kv_len = Func("class_kv_len");
+    ci.kv_len(c) = (in.kv_len(b) - r + (l - 1)) / l;
+    ci.offset = Func("class_offset");
+    ci.offset(c) = first;
+  }
+  ci.v_finite = f.v_finite;
+  auto classes = std::make_shared<AttentionFuncs>(define_attention(strided_class_spec(spec), ci));
+  const AttentionFuncs& k = *classes;
+  {
+    Expr dc = min(k.d, dv - 1), qi = k.i % tile, qt = k.i / tile;
+    const auto state = [&](int e) { return k.state(dc, qi, qt, k.h, k.b)[e]; };
+    f.class_rows = Func("class_rows");
+    f.class_rows(k.d, k.h, k.i, k.b) = select(k.d < dv, state(0), k.d == dv, state(1), state(2));
+  }
+  classes->out = f.class_rows;
+  f.classes = classes;
+
+  // Each row's class state merged into its band state, like one more key block.
+  const Var &fd = f.d, &fh = f.h, &fi = f.i, &fb = f.b;
+  Expr p = offset_of(fb) + fi;
+  Expr t = clamp(p / l - offset_of(fb) / l, 0, ci.seq_q - 1), cls = fb * l + p % l;
+  const auto band = [&](int e) { return f.state(fd, fi % tile, fi / tile, fh, fb)[e]; };
+  const SoftmaxState merged = online_merge(
+      {band(0), band(1), band(2)}, {f.class_rows(fd, fh, t, cls), f.class_rows(dv, fh, t, cls),
+                                    f.class_rows(dv + 1, fh, t, cls)});
+  f.out = Func("attention");
+  f.out(fd, fh, fi, fb) = normalise(merged.acc, merged.sum);
+  return f;
+}
+
 }  // namespace
 
+AttentionSpec strided_band_spec(const AttentionSpec& spec) {
+  AttentionSpec band = spec;
+  band.strided_classes = false;
+  band.pattern = PatternSpec{};
+  band.pattern.kind = Pattern::kWindow;
+  band.pattern.left = band.pattern.right = spec.pattern.stride - 1;
+  band.without_diagonal = true;
+  return band;
+}
+
+AttentionSpec strided_class_spec(const AttentionSpec& spec) {
+  AttentionSpec classes = spec;
+  classes.strided_classes = false;
+  classes.pattern = PatternSpec{};
+  classes.part = "class_";
+  return classes;
+}
+
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in) {
+  if (spec.strided_classes) return define_strided_classes(spec, in);
   AttentionFuncs f;
   const Var &d = f.d, &j = f.j, &i = f.i, &h = f.h, &b = f.b;
-  f.rd = RDom(0, spec.head_dim_qk, "rd");
+  f.rd = RDom(0, spec.head_dim_qk, spec.part + "rd");
   const RDom &rd = f.rd, &rj = f.rj;
 
   // Grouped-query attention: query head h reads kv head h / group.
@@ -138,10 +215,10 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   // Reads along the sequence are clamped, so a schedule may compute whole tiles past the end
   // of a sequence without reading out of bounds; the extra rows and columns are never used.
   // The scale is applied to q once (Sq x D multiplies) instead of to every score (Sq x Skv).
-  f.q = Func("q_tile");
+  f.q = Func(spec.part + "q_tile");
   Expr kj = clamp(j, 0, in.seq_kv - 1);
-  f.k = Func("k_tile");
-  f.v = Func("v_tile");
+  f.k = Func(spec.part + "k_tile");
+  f.v = Func(spec.part + "v_tile");
   if (spec.generic) {
     // The call's head dims padded with zeros up to the kernel's: the padded q.k terms add 0, the
     // padded columns of p.v are never written out.
@@ -157,9 +234,9 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.k(d, j, h, b) = in.k(d, hk, kj, b);
     f.v(d, j, h, b) = in.v(d, hk, kj, b);
     Var l("l"), rr("rr"), jj("jj");
-    f.k_pairs = Func("k_pairs");
+    f.k_pairs = Func(spec.part + "k_pairs");
     f.k_pairs(l, j, rr, h, b) = cast(BFloat(16), f.k(2 * rr + l, j, h, b));
-    f.v_pairs = Func("v_pairs");
+    f.v_pairs = Func(spec.part + "v_pairs");
     f.v_pairs(l, d, jj, h, b) = cast(BFloat(16), f.v(d, 2 * jj + l, h, b));
   } else {
     f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
@@ -173,21 +250,25 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
       throw CompileError("attngen: half-precision P.V needs the key-block form (key_block > 0)");
     }
     Func v32 = f.v;
-    f.v = Func("v_tile_half");
+    f.v = Func(spec.part + "v_tile_half");
     f.v(d, j, h, b) = cast(Float(16), v32(d, j, h, b));
   }
 
   // Whether V holds only finite values (pv_term): the largest exponent field of its elements, of
   // every key, attended or not, below the all-ones of NaN and infinity.
-  f.rv = RDom(0, spec.generic ? in.dv : Expr(spec.head_dim_v), 0, in.heads_kv, 0, in.seq_kv, 0,
-              in.batch, "rv");
-  f.v_exponents = Func("v_exponents");
-  f.v_exponents() = cast<uint32_t>(0);
-  f.v_exponents() = max(f.v_exponents(), bits_of(in.v(f.rv.x, f.rv.y, f.rv.z, f.rv.w)) &
-                                             Internal::make_const(UInt(32), 0x7f800000));
-  f.v_finite = f.v_exponents() < Internal::make_const(UInt(32), 0x7f800000);
+  if (in.v_finite.defined()) {
+    f.v_finite = in.v_finite;
+  } else {
+    f.rv = RDom(0, spec.generic ? in.dv : Expr(spec.head_dim_v), 0, in.heads_kv, 0, in.seq_kv, 0,
+                in.batch, spec.part + "rv");
+    f.v_exponents = Func(spec.part + "v_exponents");
+    f.v_exponents() = cast<uint32_t>(0);
+    f.v_exponents() = max(f.v_exponents(), bits_of(in.v(f.rv.x, f.rv.y, f.rv.z, f.rv.w)) &
+                                               Internal::make_const(UInt(32), 0x7f800000));
+    f.v_finite = f.v_exponents() < Internal::make_const(UInt(32), 0x7f800000);
+  }
 
-  f.dot = Func("dot");
+  f.dot = Func(spec.part + "dot");
   f.dot(j, i, h, b) = 0.0f;
   if (spec.bf16_pairs) {
     f.dot(j, i, h, b) +=
@@ -208,9 +289,10 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 
   // Position alignment: query i sits at absolute position offset + i.
   Expr kv_len = in.kv_len(b);
-  Expr offset = select(in.bottom_right, kv_len - in.seq_q, 0);
+  Expr offset = in.offset.defined() ? in.offset(b) : select(in.bottom_right, kv_len - in.seq_q, 0);
   f.top_left = !in.bottom_right;
   Expr attend = j < kv_len;
+  if (spec.without_diagonal) attend = attend && j != offset + i;
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;
   } else if (spec.generic) {
@@ -239,7 +321,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     s = select(in.mask_kind == 2, s + add, s);
   }
 
-  f.scores = Func("scores");
+  f.scores = Func(spec.part + "scores");
   f.scores(j, i, h, b) = select(attend, s, kMaskedScore);
 
   if (spec.key_block > 0) {
@@ -270,7 +352,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.mask == MaskKind::kCausal) {
     const Expr chunks = (in.seq_kv + chunk - 1) / chunk;
     const Expr last_chunk = (first_row + (tile - 1)) / chunk;
-    f.rj = RDom(0, chunk, 0, chunks, "rj");
+    f.rj = RDom(0, chunk, 0, chunks, spec.part + "rj");
     f.rj.where(in.bottom_right || rj.y <= last_chunk);
     key = select(in.bottom_right, rj.y, min(rj.y, last_chunk)) * chunk + rj.x;
     f.rj_loops = {rj.x, rj.y};
@@ -280,7 +362,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     // a schedule makes the group a register tile (no test in the loop). At S2048, tile 64 and
     // groups of 4 that is 3% less p.v work; measured 0.99x the time (within the noise).
     const int g = std::max(1, spec.row_group);
-    f.rj_pv = RDom(0, chunk, 0, chunks, "rj_pv");
+    f.rj_pv = RDom(0, chunk, 0, chunks, spec.part + "rj_pv");
     const RDom& rp = f.rj_pv;
     f.rj_pv.where(in.bottom_right || rp.y <= last_chunk);
     if (!spec.bf16_pairs) {  // (a bound on single keys would split the pairs)
@@ -291,7 +373,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   } else {
     // (Keys past Skv, up to a multiple of key_multiple, have masked scores: probability 0.)
     const int m = std::max(1, spec.key_multiple);
-    f.rj = RDom(0, m == 1 ? in.seq_kv : (in.seq_kv + m - 1) / m * m, "rj");
+    f.rj = RDom(0, m == 1 ? in.seq_kv : (in.seq_kv + m - 1) / m * m, spec.part + "rj");
     key = rj;
     f.rj_loops = {rj};
     f.rj_pv = f.rj;
@@ -300,30 +382,30 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   }
   Expr row = first_row + qi;
 
-  f.row_max = Func("row_max");
+  f.row_max = Func(spec.part + "row_max");
   f.row_max(qi, qt, h, b) = kMaskedScore;
   f.row_max(qi, qt, h, b) = max(f.row_max(qi, qt, h, b), f.scores(key, row, h, b));
 
   // A fully masked row has a masked max: use 0, so every term flushes to exactly 0.
   Expr m = f.row_max(i % tile, i / tile, h, b);
   Expr m_safe = select(is_masked(m), 0.0f, m);
-  f.probs = Func("probs");
+  f.probs = Func(spec.part + "probs");
   f.probs(j, i, h, b) = spec.bf16_pairs ? softmax_exp_bf16(f.scores(j, i, h, b) - m_safe)
                                         : softmax_exp(f.scores(j, i, h, b) - m_safe);
 
-  f.row_sum = Func("row_sum");
+  f.row_sum = Func(spec.part + "row_sum");
   f.row_sum(qi, qt, h, b) = 0.0f;
   if (spec.bf16_pairs) {
     // P rounded to bf16 once, for P.V and for the row sum alike (the normalisation then matches
     // the weights P.V used).
-    f.probs_bf16 = Func("probs_bf16");
+    f.probs_bf16 = Func(spec.part + "probs_bf16");
     f.probs_bf16(j, i, h, b) = cast(BFloat(16), f.probs(j, i, h, b));
     f.row_sum(qi, qt, h, b) += cast<float>(f.probs_bf16(key, row, h, b));
   } else {
     f.row_sum(qi, qt, h, b) += f.probs(key, row, h, b);
   }
 
-  f.acc = Func("acc");
+  f.acc = Func(spec.part + "acc");
   f.acc(d, qi, qt, h, b) = 0.0f;
   if (spec.bf16_pairs) {
     // (The product stays one of two bf16 values, for vdpbf16ps: pv_term's select is on V.)
@@ -336,7 +418,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   }
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);
-  f.out = Func("attention");
+  f.out = Func(spec.part + "attention");
   f.out(d, h, i, b) = normalise(f.acc(d, i % tile, i / tile, h, b), l);
   define_extra_outputs(f, spec, m_safe, l);
   return f;

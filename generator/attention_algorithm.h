@@ -7,6 +7,9 @@
 // Dimension order is Halide's innermost-first: a BSHD tensor [B, S, H, D] is (d, h, s, b).
 #pragma once
 
+#include <memory>
+#include <string>
+
 #include "Halide.h"
 #include "generator/online_softmax.h"
 #include "generator/pattern.h"
@@ -60,7 +63,26 @@ struct AttentionSpec {
   // with the scores' magnitude (measured 1.5e-3 at score sd 4 with 8-term f16 sums, 6e-3 at
   // 64), where P.V's does not (docs/semantics.md, "Precision").
   int half_pv_chunk = 0;
+  // The strided pattern in two parts, so that its cost follows the attended pairs (set by
+  // plan_attention for the specialised strided kernels of CPUs, in the key-block form). A
+  // strided row attends the band |p - j| < stride and the keys of its residue class,
+  // j = p (mod stride); a key block of the band form visits every key block of a long sequence
+  // (each holds some multiple of the stride) and computes all of it. Here the band is a window
+  // kernel (strided_band_spec: |p - j| < stride, j = p left to the classes), and the classes
+  // one attention problem of their own (strided_class_spec): for each batch and residue class
+  // r, the queries at positions r, r + stride, ... against the keys r, r + stride, ..., gathered
+  // (causal within the class, where the kernel is causal); each class row's state is merged
+  // into its band state like one more key block (AttentionFuncs::classes).
+  bool strided_classes = false;
+  // Internal to the parts of a composed kernel: the band without its diagonal key j = p, and a
+  // prefix for the names of the part's Funcs (Halide needs them distinct within a pipeline).
+  bool without_diagonal = false;
+  std::string part;
 };
+
+// The parts of a kernel with strided_classes (each with strided_classes off).
+AttentionSpec strided_band_spec(const AttentionSpec& spec);
+AttentionSpec strided_class_spec(const AttentionSpec& spec);
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
 // (j, i, h, b) and only defined when spec.mask_tensor != kNone; layout is (key block, query
@@ -75,6 +97,11 @@ struct AttentionInputs {
   Halide::Expr dqk, dv, causal, mask_kind;
   Halide::Func bool_mask, add_mask;
   PatternValues<Halide::Expr> pattern;  // the pattern's parameters (spec.pattern.kind's)
+  // Optional, for the parts of a composed kernel: the position of query 0 per batch, (b), in
+  // place of the alignment's (0, or kv_len - Sq bottom-right), and whether V is finite, in
+  // place of a scan of v (the whole kernel's scan, where v is a gathered view of it).
+  Halide::Func offset;
+  Halide::Expr v_finite;
 };
 
 struct AttentionFuncs {
@@ -119,6 +146,12 @@ struct AttentionFuncs {
   Halide::Expr plain;     // generic: a call without mask tensor or soft cap, worth specialising
   Halide::Func weights;   // (j, i, h, b) softmax weights, 0 where masked (spec.weights)
   Halide::Func lse;       // (i, h, b) log sum_j exp(score), -inf for fully masked rows (spec.lse)
+  // spec.strided_classes: the Funcs above are the band's (state, scores, ...; out merges the
+  // two parts), classes those of the class problem, whose out is class_rows (d, h, t, c): row t
+  // of class c = batch * stride + residue, its state's acc at d < Dv, its max at d = Dv and its
+  // sum at Dv + 1.
+  std::shared_ptr<AttentionFuncs> classes;
+  Halide::Func class_rows;
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);

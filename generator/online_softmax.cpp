@@ -49,26 +49,26 @@ Expr softmax_exp_bf16(const Expr& x) {
 
 KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int block, const RDom& rk,
                                      const KeyBlockVars& vars, const Expr& v_finite, int half_chunk,
-                                     const Func& v_scale) {
+                                     const Func& v_scale, const std::string& prefix) {
   const Var &d = vars.d, &j = vars.key, &kb = vars.kb, &i = vars.row, &h = vars.head,
             &b = vars.batch;
   KeyBlockStats f;
   Expr key = kb * block + rk;
 
-  f.block_max = Func("block_max");
+  f.block_max = Func(prefix + "block_max");
   f.block_max(kb, i, h, b) = kMaskedScore;
   f.block_max(kb, i, h, b) = max(f.block_max(kb, i, h, b), scores(key, i, h, b));
 
   // A fully masked block has a masked max: use 0, so its terms flush to exactly 0.
   Expr bm = f.block_max(j / block, i, h, b);
-  f.probs = Func("probs");
+  f.probs = Func(prefix + "probs");
   f.probs(j, i, h, b) = softmax_exp(scores(j, i, h, b) - select(is_masked(bm), 0.0f, bm));
 
-  f.block_sum = Func("block_sum");
+  f.block_sum = Func(prefix + "block_sum");
   f.block_sum(kb, i, h, b) = 0.0f;
   f.block_sum(kb, i, h, b) += f.probs(key, i, h, b);
 
-  f.block_pv = Func("block_pv");
+  f.block_pv = Func(prefix + "block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
   if (half_chunk <= 0) {
     // (V's scale multiplies V: a masked key's scale, NaN say, stays out as well.)
@@ -81,13 +81,13 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
                        std::to_string(half_chunk) + ") dividing the key block (" +
                        std::to_string(block) + ")");
   }
-  f.probs_half = Func("probs_half");
+  f.probs_half = Func(prefix + "probs_half");
   f.probs_half(j, i, h, b) = cast(Float(16), f.probs(j, i, h, b));
-  f.rx = RDom(0, half_chunk, "rx");
-  f.rh = RDom(0, block / half_chunk, "rh");
+  f.rx = RDom(0, half_chunk, prefix + "rx");
+  f.rh = RDom(0, block / half_chunk, prefix + "rh");
   Var c("c");
   Expr half_key = kb * block + c * half_chunk + f.rx;
-  f.block_pv_half = Func("block_pv_half");
+  f.block_pv_half = Func(prefix + "block_pv_half");
   f.block_pv_half(d, c, kb, i, h, b) = cast(Float(16), 0.0f);
   f.block_pv_half(d, c, kb, i, h, b) +=
       pv_term(f.probs_half(half_key, i, h, b), v(d, half_key, h, b), v_finite);

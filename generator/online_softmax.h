@@ -3,6 +3,8 @@
 // statistics and FlashAttention's online merge of them into a running (acc, max, sum).
 #pragma once
 
+#include <string>
+
 #include "Halide.h"
 
 namespace attngen {
@@ -98,11 +100,13 @@ struct KeyBlockStats {
 
 // half_chunk > 0 (a divisor of block; v must then be Float(16)): P.V in half precision, with
 // products and sums of half_chunk keys at a time in f16 and those partial sums added in f32
-// (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance).
+// (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance). prefix begins
+// the Funcs' names.
 KeyBlockStats define_key_block_stats(const Halide::Func& scores, const Halide::Func& v, int block,
                                      const Halide::RDom& rk, const KeyBlockVars& vars,
                                      const Halide::Expr& v_finite, int half_chunk = 0,
-                                     const Halide::Func& v_scale = Halide::Func());
+                                     const Halide::Func& v_scale = Halide::Func(),
+                                     const std::string& prefix = "");
 
 // A running softmax state, or one key block's statistics: the sum of exp(score - max) * v, the
 // max and the sum of exp(score - max). A state with nothing attended yet has a masked max.

@@ -234,6 +234,15 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
   if (spec.generic) f.scores.specialize(f.plain);
+
+  if (f.classes) {
+    // The strided pattern's residue classes (AttentionSpec::strided_classes): the class rows
+    // of a head, computed at that head of the output in this same form (tiles of class rows in
+    // parallel, each class's K and V gathered once, by stage_kv), before its band tiles.
+    const int extent = (spec.head_dim_v + 2 + dv_lanes - 1) / dv_lanes * dv_lanes;
+    f.class_rows.compute_at(out, h).bound(f.classes->d, 0, extent);
+    schedule_attention_simd_blocked(*f.classes, strided_class_spec(spec), info, t);
+  }
 }
 
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {

@@ -102,6 +102,10 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   }
   spec.key_block = resolve_key_block(spec.key_block, spec.head_dim_qk, spec.head_dim_v, target);
   const AttentionTunables t = resolve(want, spec, target_info(target));
+  // The strided pattern in two parts whose cost follows the attended pairs (the band a window,
+  // the residue classes dense problems of their own), merged per row.
+  spec.strided_classes = ps.kind == Pattern::kStrided && !spec.generic && spec.key_block > 0 &&
+                         spec.mask_tensor == MaskTensor::kNone && !target.has_gpu_feature();
   if (ps.kind == Pattern::kBlockSparse && !spec.generic &&
       (ps.block % spec.key_block != 0 || ps.block % t.query_tile != 0)) {
     throw Halide::CompileError("attngen: block-sparse block " + std::to_string(ps.block) +
@@ -228,6 +232,7 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
   schedule_attention_for(f, spec, info, tunables);
   schedule_v_scan(f, info);
   specialise_pv(f, spec);
+  if (f.classes) specialise_pv(*f.classes, strided_class_spec(spec));
 }
 
 void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autoscheduled,
