@@ -131,14 +131,16 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 // key u * stride + r, causal where the kernel is: u <= first + t, the class problem's offset.
 AttentionFuncs define_strided_classes(const AttentionSpec& spec, const AttentionInputs& in) {
   const int l = spec.pattern.stride, dv = spec.head_dim_v, tile = spec.query_tile;
-  AttentionFuncs f = define_attention(strided_band_spec(spec), in);
+  const AttentionSpec band_spec = strided_band_spec(spec);
+  AttentionFuncs f = define_attention(band_spec, in);
 
   Var d("d"), h("h"), s("s"), c("c");
   const auto offset_of = [&in](const Expr& b) {
     return select(in.bottom_right, in.kv_len(b) - in.seq_q, 0);
   };
   AttentionInputs ci = in;
-  ci.seq_q = (in.seq_q + l - 2) / l + 1;
+  // (Top-left, position 0 starts class 0's row 0: (Sq + l - 1) / l rows, no extra tile.)
+  ci.seq_q = select(in.bottom_right, (in.seq_q + l - 2) / l + 1, (in.seq_q + l - 1) / l);
   ci.seq_kv = (in.seq_kv + l - 1) / l;
   ci.batch = in.batch * l;
   {
@@ -172,7 +174,8 @@ AttentionFuncs define_strided_classes(const AttentionSpec& spec, const Attention
   const Var &fd = f.d, &fh = f.h, &fi = f.i, &fb = f.b;
   Expr p = offset_of(fb) + fi;
   Expr t = clamp(p / l - offset_of(fb) / l, 0, ci.seq_q - 1), cls = fb * l + p % l;
-  const auto band = [&](int e) { return f.state(fd, fi % tile, fi / tile, fh, fb)[e]; };
+  const int band_tile = band_spec.query_tile;
+  const auto band = [&](int e) { return f.state(fd, fi % band_tile, fi / band_tile, fh, fb)[e]; };
   const SoftmaxState merged = online_merge(
       {band(0), band(1), band(2)}, {f.class_rows(fd, fh, t, cls), f.class_rows(dv, fh, t, cls),
                                     f.class_rows(dv + 1, fh, t, cls)});
@@ -190,6 +193,14 @@ AttentionSpec strided_band_spec(const AttentionSpec& spec) {
   band.pattern.kind = Pattern::kWindow;
   band.pattern.left = band.pattern.right = spec.pattern.stride - 1;
   band.without_diagonal = true;
+  // Query tiles and key blocks of the stride (a power of two, 16 at least), so that a tile
+  // visits few keys past its rows' band: at stride 16, 3 blocks of 16 keys (31 attended) where
+  // tiles of 64 and blocks of 64 visited 192 (AVX-512, B1 H8 S2048: 7.8 ms against 11.4 with
+  // tiles of 64 and blocks of 16, 12.0 with blocks of 32; single runs).
+  int unit = 16;
+  while (unit < spec.pattern.stride && unit < spec.key_block) unit *= 2;
+  band.key_block = std::min(unit, spec.key_block);
+  band.query_tile = std::min(unit, spec.query_tile);
   return band;
 }
 

@@ -160,6 +160,19 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
 // pv_rows x Dv accumulators, then the running state of the tile is rescaled and merged.
 void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
                                      const TargetInfo& info, const AttentionTunables& t) {
+  if (spec.strided_classes) {
+    // The strided pattern's two parts (AttentionSpec::strided_classes): the band in this form,
+    // and the class rows of a head computed at that head of the output, in this form too
+    // (tiles of class rows in parallel, each class's K and V gathered once, by stage_kv).
+    AttentionTunables tb = t;
+    tb.query_tile = strided_band_spec(spec).query_tile;
+    schedule_attention_simd_blocked(f, strided_band_spec(spec), info, tb);
+    const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+    const int extent = (spec.head_dim_v + 2 + dv_lanes - 1) / dv_lanes * dv_lanes;
+    f.class_rows.compute_at(f.out, f.h).bound(f.classes->d, 0, extent);
+    schedule_attention_simd_blocked(*f.classes, strided_class_spec(spec), info, t);
+    return;
+  }
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
@@ -234,15 +247,6 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.
   if (spec.generic) f.scores.specialize(f.plain);
-
-  if (f.classes) {
-    // The strided pattern's residue classes (AttentionSpec::strided_classes): the class rows
-    // of a head, computed at that head of the output in this same form (tiles of class rows in
-    // parallel, each class's K and V gathered once, by stage_kv), before its band tiles.
-    const int extent = (spec.head_dim_v + 2 + dv_lanes - 1) / dv_lanes * dv_lanes;
-    f.class_rows.compute_at(out, h).bound(f.classes->d, 0, extent);
-    schedule_attention_simd_blocked(*f.classes, strided_class_spec(spec), info, t);
-  }
 }
 
 void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTunables& t) {
