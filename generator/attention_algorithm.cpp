@@ -130,8 +130,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 // the class (rows outside [0, Sq) are computed from a clamped query and never read); its key u is
 // key u * stride + r, causal where the kernel is: u <= first + t, the class problem's offset.
 AttentionFuncs define_strided_classes(const AttentionSpec& spec, const AttentionInputs& in) {
-  const int l = spec.pattern.stride, dv = spec.head_dim_v, tile = spec.query_tile;
-  const AttentionSpec band_spec = strided_band_spec(spec);
+  const int l = spec.pattern.stride, dv = spec.head_dim_v;
+  const AttentionSpec band_spec = strided_band_spec(spec), class_spec = strided_class_spec(spec);
   AttentionFuncs f = define_attention(band_spec, in);
 
   Var d("d"), h("h"), s("s"), c("c");
@@ -159,9 +159,10 @@ AttentionFuncs define_strided_classes(const AttentionSpec& spec, const Attention
     ci.offset(c) = first;
   }
   ci.v_finite = f.v_finite;
-  auto classes = std::make_shared<AttentionFuncs>(define_attention(strided_class_spec(spec), ci));
+  auto classes = std::make_shared<AttentionFuncs>(define_attention(class_spec, ci));
   const AttentionFuncs& k = *classes;
   {
+    const int tile = class_spec.query_tile;
     Expr dc = min(k.d, dv - 1), qi = k.i % tile, qt = k.i / tile;
     const auto state = [&](int e) { return k.state(dc, qi, qt, k.h, k.b)[e]; };
     f.class_rows = Func("class_rows");
@@ -209,6 +210,13 @@ AttentionSpec strided_class_spec(const AttentionSpec& spec) {
   classes.strided_classes = false;
   classes.pattern = PatternSpec{};
   classes.part = "class_";
+  // A class holds about S / stride rows and keys: tiles and blocks of 2048 / stride (a power of
+  // two, 16 to the kernel's), one of each per class at S2048, so that short classes are not
+  // padded to whole tiles of 64 (stride 128, S1024: 8 rows a class).
+  int unit = 16;
+  while (unit < 2048 / spec.pattern.stride && unit < spec.query_tile) unit *= 2;
+  classes.query_tile = std::min(unit, spec.query_tile);
+  classes.key_block = std::min(unit, spec.key_block);
   return classes;
 }
 

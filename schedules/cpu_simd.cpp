@@ -170,7 +170,9 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
     const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
     const int extent = (spec.head_dim_v + 2 + dv_lanes - 1) / dv_lanes * dv_lanes;
     f.class_rows.compute_at(f.out, f.h).bound(f.classes->d, 0, extent);
-    schedule_attention_simd_blocked(*f.classes, strided_class_spec(spec), info, t);
+    AttentionTunables tc = t;
+    tc.query_tile = strided_class_spec(spec).query_tile;
+    schedule_attention_simd_blocked(*f.classes, strided_class_spec(spec), info, tc);
     return;
   }
   const int lanes = info.f32_lanes;
