@@ -1,13 +1,13 @@
-#THE list of kernel variants attngen builds.Everything else derives from it : the build rules
-#(attngen_add_kernel), the runtime's dispatch table (attngen_write_registry), and through that
-#table the test cases and benchmark registrations, which iterate over the built - in kernels.
+# THE list of kernel variants attngen builds. Everything else derives from it: the build rules
+# (attngen_add_kernel), the runtime's dispatch table (attngen_write_registry), and through that
+# table the test cases and benchmark registrations, which iterate over the built-in kernels.
 #
-#Each entry is the arguments of one attngen_add_kernel() call(cmake / AttngenKernels.cmake
-#documents every one; names follow docs / variants.md), generated for every ISA in
-#ATTNGEN_KERNEL_ISAS, or only for those after ONLY_ISAS.When two kernels fit a call equally
-#well, the runtime takes the one listed first.
+# Each entry is the arguments of one attngen_add_kernel() call (cmake/AttngenKernels.cmake
+# documents every one; names follow docs/variants.md), generated for every ISA in
+# ATTNGEN_KERNEL_ISAS, or only for those after ONLY_ISAS. When two kernels fit a call equally
+# well, the runtime takes the one listed first.
 set(ATTNGEN_VARIANTS
-#Dense attention : head dims, masks, mask tensors, soft cap.
+    # Dense attention: head dims, masks, mask tensors, soft cap.
     "OP attention HEAD_DIM 64"
     "OP attention HEAD_DIM 64 MASK causal"
     "OP attention HEAD_DIM 80 MASK causal"
@@ -17,74 +17,74 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 64 MASK causal SOFTCAP"
     "OP attention HEAD_DIM 128"
     "OP attention HEAD_DIM 128 MASK causal"
-#The head dims of widespread models(MiniLM 32, Phi - 2 80, Phi - 3 96, Gemma 256); other
-#head dims run on the generic kernels below.
+    # The head dims of widespread models (MiniLM 32, Phi-2 80, Phi-3 96, Gemma 256); other
+    # head dims run on the generic kernels below.
     "OP attention HEAD_DIM 32"
     "OP attention HEAD_DIM 32 MASK causal"
     "OP attention HEAD_DIM 80"
     "OP attention HEAD_DIM 96"
     "OP attention HEAD_DIM 96 MASK causal"
     "OP attention HEAD_DIM 256 MASK causal"
-#Short sequences : half the default query tile of AVX - 512(64)pads ViT's 197 tokens to 224
-#rows instead of 256; the runtime prefers it where it pads noticeably fewer rows
-#(runtime / src / registry.cpp).On the other ISAs the default tile is 32 or less already.
+    # Short sequences: half the default query tile of AVX-512 (64) pads ViT's 197 tokens to 224
+    # rows instead of 256; the runtime prefers it where it pads noticeably fewer rows
+    # (runtime/src/registry.cpp). On the other ISAs the default tile is 32 or less already.
     "OP attention HEAD_DIM 64 QUERY_TILE 32 ONLY_ISAS avx512"
-#The key - block(online softmax) form asked for explicitly : the runtime prefers these for
-#long key sequences(runtime / src / registry.cpp).
+    # The key-block (online softmax) form asked for explicitly: the runtime prefers these for
+    # long key sequences (runtime/src/registry.cpp).
     "OP attention HEAD_DIM 64 KEY_BLOCK 128"
     "OP attention HEAD_DIM 64 MASK causal KEY_BLOCK 128"
     "OP attention HEAD_DIM 40 HEAD_DIM_V 24 MASK causal MASK_TENSOR bool KEY_BLOCK 32"
-#Sparse patterns(docs / semantics.md), alone and with causal.
+    # Sparse patterns (docs/semantics.md), alone and with causal.
     "OP attention HEAD_DIM 64 PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31"
     "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31"
     "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 255 WINDOW_RIGHT 0"
     "OP attention HEAD_DIM 64 PATTERN strided STRIDE 16"
     "OP attention HEAD_DIM 64 MASK causal PATTERN strided STRIDE 16"
-#The Sparse Transformer's own (Child et al. 2019: stride 128, causal).
+    # The Sparse Transformer's own (Child et al. 2019: stride 128, causal).
     "OP attention HEAD_DIM 64 MASK causal PATTERN strided STRIDE 128"
     "OP attention HEAD_DIM 64 PATTERN block_sparse BLOCK 64"
     "OP attention HEAD_DIM 64 MASK causal PATTERN block_sparse BLOCK 64"
     "OP attention HEAD_DIM 64 PATTERN global_local GLOBAL_TOKENS 4 LOCAL 16"
     "OP attention HEAD_DIM 64 MASK causal PATTERN global_local GLOBAL_TOKENS 4 LOCAL 16"
-#Inspection : attention weights and row log - sum - exp as extra outputs.
+    # Inspection: attention weights and row log-sum-exp as extra outputs.
     "OP attention HEAD_DIM 64 WEIGHTS LSE"
     "OP attention HEAD_DIM 64 MASK causal LSE"
     "OP attention HEAD_DIM 64 MASK causal PATTERN window WINDOW_LEFT 31 WINDOW_RIGHT 31 WEIGHTS"
-#Generic kernels : any head dims up to the bucket's, the causal mask, a mask tensor and the
-#soft cap at run time.Dispatch takes them only where no specialised kernel fits(the
-#smallest bucket that does), so every valid call runs(docs / variants.md).
+    # Generic kernels: any head dims up to the bucket's, the causal mask, a mask tensor and the
+    # soft cap at run time. Dispatch takes them only where no specialised kernel fits (the
+    # smallest bucket that does), so every valid call runs (docs/variants.md).
     "OP attention HEAD_DIM 64 GENERIC"
     "OP attention HEAD_DIM 128 GENERIC"
     "OP attention HEAD_DIM 256 GENERIC"
     "OP attention HEAD_DIM 512 GENERIC"
-#Generic pattern kernels : the pattern's kind built in, its parameters at run time (one
-#window kernel serves Mistral 's 4096 and Longformer' s 256), with the generic options.
+    # Generic pattern kernels: the pattern's kind built in, its parameters at run time (one
+    # window kernel serves Mistral's 4096 and Longformer's 256), with the generic options.
     "OP attention HEAD_DIM 128 GENERIC PATTERN window"
     "OP attention HEAD_DIM 256 GENERIC PATTERN window"
     "OP attention HEAD_DIM 128 GENERIC PATTERN strided"
     "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse"
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local"
-#Generic inspection kernels : the attention weights and log - sum - exp of any call up to D128.
+    # Generic inspection kernels: the attention weights and log-sum-exp of any call up to D128.
     "OP attention HEAD_DIM 128 GENERIC WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN window WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN strided WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local WEIGHTS LSE"
-#Layers.
+    # Layers.
     "OP linear"
     "OP mha HEAD_DIM 32"
     "OP mha HEAD_DIM 64"
     "OP mha HEAD_DIM 64 MASK causal"
     "OP mha HEAD_DIM 128"
     "OP mha HEAD_DIM 128 MASK causal"
-#Generic layer : any head dim up to 128(E / num_heads), causal or not at run time.
+    # Generic layer: any head dim up to 128 (E / num_heads), causal or not at run time.
     "OP mha HEAD_DIM 128 GENERIC"
     "OP mha HEAD_DIM 512 GENERIC"
-#f16 and bf16 tensors(docs / semantics.md, "Precision") : stored in the dtype, computed in
-#f32; the avx512bf16 and neonfp16 rows of the target table add kernels whose products use
-#the dtype's own instructions. Calls in these dtypes that no kernel here takes (patterns,
-#inspection, head dims above 256) run on the f32 kernels through a conversion in the
-#runtime, a copy of the inputs.
+    # f16 and bf16 tensors (docs/semantics.md, "Precision"): stored in the dtype, computed in
+    # f32; the avx512bf16 and neonfp16 rows of the target table add kernels whose products use
+    # the dtype's own instructions. Calls in these dtypes that no kernel here takes (patterns,
+    # inspection, head dims above 256) run on the f32 kernels through a conversion in the
+    # runtime, a copy of the inputs.
     "OP attention DTYPE bf16 HEAD_DIM 64"
     "OP attention DTYPE bf16 HEAD_DIM 64 MASK causal"
     "OP attention DTYPE bf16 HEAD_DIM 128"
@@ -105,21 +105,21 @@ set(ATTNGEN_VARIANTS
     "OP mha DTYPE bf16 HEAD_DIM 128 GENERIC"
     "OP mha DTYPE f16 HEAD_DIM 64"
     "OP mha DTYPE f16 HEAD_DIM 128 GENERIC"
-#Decode against a KV cache : few queries, split - KV, grouped - query of any ratio at run time.
+    # Decode against a KV cache: few queries, split-KV, grouped-query of any ratio at run time.
     "OP decode HEAD_DIM 32"
     "OP decode HEAD_DIM 64"
     "OP decode HEAD_DIM 80"
     "OP decode HEAD_DIM 96"
     "OP decode HEAD_DIM 128"
     "OP decode HEAD_DIM 256"
-#Generic decode : any head dims up to the bucket's (zero-padded), for the caches no
-#specialised kernel takes.(D512 on CUDA would need 64 KiB of shared memory a block.)
+    # Generic decode: any head dims up to the bucket's (zero-padded), for the caches no
+    # specialised kernel takes. (D512 on CUDA would need 64 KiB of shared memory a block.)
     "OP decode HEAD_DIM 128 GENERIC"
     "OP decode HEAD_DIM 512 GENERIC ONLY_ISAS avx512 avx2 sse41 neon neon32"
-#Caches in f16, bf16 and i8(docs / semantics.md, "Incremental decoding"), read in their type
-#and converted in registers(i8 : per - slot scales on the score and the probability), with
-#f32 queries : Llama - like head dims, and a generic bucket each so that every head dim up to
-# 128 runs.
+    # Caches in f16, bf16 and i8 (docs/semantics.md, "Incremental decoding"), read in their type
+    # and converted in registers (i8: per-slot scales on the score and the probability), with
+    # f32 queries: Llama-like head dims, and a generic bucket each so that every head dim up to
+    # 128 runs.
     "OP decode KV_DTYPE f16 HEAD_DIM 64"
     "OP decode KV_DTYPE f16 HEAD_DIM 128"
     "OP decode KV_DTYPE bf16 HEAD_DIM 128"
@@ -127,4 +127,5 @@ set(ATTNGEN_VARIANTS
     "OP decode KV_DTYPE i8 HEAD_DIM 128"
     "OP decode KV_DTYPE f16 HEAD_DIM 128 GENERIC"
     "OP decode KV_DTYPE bf16 HEAD_DIM 128 GENERIC"
-    "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC")
+    "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC"
+)
