@@ -83,6 +83,8 @@ struct AttentionSpec {
 // The parts of a kernel with strided_classes (each with strided_classes off).
 AttentionSpec strided_band_spec(const AttentionSpec& spec);
 AttentionSpec strided_class_spec(const AttentionSpec& spec);
+// Extent along d of AttentionFuncs::class_rows: the acc's Dv elements, then the max and the sum.
+inline int class_rows_extent(const AttentionSpec& spec) { return spec.head_dim_v + 2; }
 
 // What the attention algorithm reads. Funcs are (d, h, s, b); kv_len is (b); mask is
 // (j, i, h, b) and only defined when spec.mask_tensor != kNone; layout is (key block, query

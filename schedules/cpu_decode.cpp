@@ -40,7 +40,14 @@
 // Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch of the K and V
 // buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and decode ran
 // 4x slower), and, over an f16 cache, V widened without its NaN/infinity test where v_finite
-// holds (8-13% slower, 3 alternating pairs).
+// holds (8-13% slower, 3 alternating pairs). Also dropped there (bench/RESULTS.md, "Decode on
+// Sapphire Rapids: where the time goes"): q.k for 4 keys at a time with their horizontal sums
+// done as one reduction tree (a VectorReduce of 4 keys x 16 lanes to 4 lanes; 10 shuffles and 5
+// adds per 4 keys and row against 4 x 8 ops) gave f32 1.21x and f16/bf16 1.05x slower, i8 no
+// faster; stage_block = 1 for f16, bf16 and i8 caches (whole 128-key blocks, 32 KiB for i8) was
+// 1.21-1.29x slower. Neither the horizontal sums nor the memory latency is what bounds the 16- and
+// 8-bit caches there: their instruction mix per key (the f16 widening above, i8's sign extension
+// and int -> float conversion of K and V, 64 FMAs) is.
 #include <algorithm>
 
 #include "schedules/schedule.h"

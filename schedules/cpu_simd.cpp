@@ -168,7 +168,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
     tb.query_tile = strided_band_spec(spec).query_tile;
     schedule_attention_simd_blocked(f, strided_band_spec(spec), info, tb);
     const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-    const int extent = (spec.head_dim_v + 2 + dv_lanes - 1) / dv_lanes * dv_lanes;
+    const int extent = (class_rows_extent(spec) + dv_lanes - 1) / dv_lanes * dv_lanes;
     f.class_rows.compute_at(f.out, f.h).bound(f.classes->d, 0, extent);
     AttentionTunables tc = t;
     tc.query_tile = strided_class_spec(spec).query_tile;
