@@ -45,9 +45,10 @@
 // done as one reduction tree (a VectorReduce of 4 keys x 16 lanes to 4 lanes; 10 shuffles and 5
 // adds per 4 keys and row against 4 x 8 ops) gave f32 1.21x and f16/bf16 1.05x slower, i8 no
 // faster; stage_block = 1 for f16, bf16 and i8 caches (whole 128-key blocks, 32 KiB for i8) was
-// 1.21-1.29x slower. Neither the horizontal sums nor the memory latency is what bounds the 16- and
-// 8-bit caches there: their instruction mix per key (the f16 widening above, i8's sign extension
-// and int -> float conversion of K and V, 64 FMAs) is.
+// 1.21-1.29x slower: the 16- and 8-bit caches are compute-bound there, but neither by the
+// horizontal sums nor (a prototype with q.k as 16-bit integer dot products, vpmaddwd/vpdpwssd:
+// 2-7% faster) by q.k's conversions and FMAs; the i8 kernel takes about twice the cycles its
+// vector instructions need, for reasons not yet found.
 #include <algorithm>
 
 #include "schedules/schedule.h"
