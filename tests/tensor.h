@@ -359,8 +359,10 @@ inline attngen_dtype tolerance_dtype(attngen_dtype input, attngen_dtype output) 
 // Non-finite values (docs/semantics.md, "NaN and infinities"): where the reference is NaN the
 // output must be NaN, where it is an infinity the same infinity, and everywhere else finite and
 // within the tolerance (errors are taken over those elements).
+// ref_l2_floor: the relative error's denominator is at least this L2 norm (0: ||want|| alone;
+// the MHA checks pass the norm of the output projection before its bias, tests/mha_test.cpp).
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
-                         double max_abs_v, attngen_dtype dtype) {
+                         double max_abs_v, attngen_dtype dtype, double ref_l2_floor = 0) {
   ASSERT_EQ(got.size(), want.size());
   const Tolerance& tol = tolerance_of(dtype);
   double err2 = 0, ref2 = 0, max_err = 0;
@@ -388,6 +390,7 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
   };
   EXPECT_EQ(not_finite, 0) << "outputs not written or not finite where the reference is" << first();
   EXPECT_EQ(wrong_nonfinite, 0) << "NaN / infinities of the reference not reproduced" << first();
+  ref2 = std::max(ref2, ref_l2_floor * ref_l2_floor);
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   EXPECT_LE(rel, tol.rel_l2) << "relative L2 error";
   if (tol.abs_per_max > 0) {
