@@ -121,14 +121,21 @@ TEST(Conversion, KnownValues) {
   EXPECT_EQ(bits_of(rt::f16_to_f32(0x7bff)), bits_of(65504.0f));
 }
 
-// The first kernel of an op whose q (or x) has this dtype, of the given ISA (any: nullptr).
-const attngen_kernel_info* first_kernel(attngen_op op, attngen_dtype dtype, const char* isa) {
+// The first built kernel that `pred` accepts, or nullptr.
+template <typename Pred>
+const attngen_kernel_info* find_first(const Pred& pred) {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op == op && k->dtypes.q == dtype && (isa == nullptr || !std::strcmp(k->isa, isa)))
-      return k;
+    if (pred(*k)) return k;
   }
   return nullptr;
+}
+
+// The first kernel of an op whose q (or x) has this dtype, of the given ISA (any: nullptr).
+const attngen_kernel_info* first_kernel(attngen_op op, attngen_dtype dtype, const char* isa) {
+  return find_first([&](const attngen_kernel_info& k) {
+    return k.op == op && k.dtypes.q == dtype && (isa == nullptr || !std::strcmp(k.isa, isa));
+  });
 }
 
 struct RestoreIsa {
@@ -138,14 +145,10 @@ struct RestoreIsa {
 // Whether the build has a generic kernel of `op` with q in `dtype`, output in `out` and head dims
 // up to at least `head_dim` (a filtered build may have none).
 bool has_generic_kernel(attngen_op op, attngen_dtype dtype, attngen_dtype out, int64_t head_dim) {
-  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
-    const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op == op && k->generic && k->dtypes.q == dtype && k->dtypes.out == out &&
-        k->head_dim_qk >= head_dim) {
-      return true;
-    }
-  }
-  return false;
+  return find_first([&](const attngen_kernel_info& k) {
+           return k.op == op && k.generic && k.dtypes.q == dtype && k.dtypes.out == out &&
+                  k.head_dim_qk >= head_dim;
+         }) != nullptr;
 }
 
 // The kernel that the last call ran.
