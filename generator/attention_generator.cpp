@@ -81,10 +81,12 @@ class Attention : public Generator<Attention> {
     // The algorithm computes in f32: other element types convert where Q, K and V are read
     // (and K/V staged), the output where it is written.
     // (The bf16 pair products of AVX512-BF16 read q's bf16 values themselves.)
+    const bool native_f16 =
+        attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
     attngen::AttentionInputs in;
-    in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q);
-    in.k = attngen::as_f32(*k);
-    in.v = attngen::as_f32(*v);
+    in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
+    in.k = attngen::as_f32(*k, native_f16);
+    in.v = attngen::as_f32(*v, native_f16);
     in.kv_len = *kv_len;
     if (mask) in.mask = *mask;
     if (layout) in.layout = *layout;

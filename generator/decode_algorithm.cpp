@@ -9,8 +9,9 @@ using namespace Halide;
 
 namespace {
 
-// A cached element as f32, converted where it is read. Halide 14 has no F16C path on x86 (f16
-// casts become a long emulation), so f16 is converted here with vector integer and float
+// A cached element as f32, converted where it is read. f16 by the CPU's conversion instruction
+// where the kernel widens natively (x86 with F16C: generator/native_f16.h); elsewhere Halide 14's
+// f16 casts are a long emulation, so f16 is converted here with vector integer and float
 // arithmetic: the sign-extended bits shifted into an f32's place, exponent 31 (infinity, NaN)
 // made an f32 infinity or NaN, and the exponent of the others rebased by a multiplication by
 // 2^112, exact for normal and subnormal halves where subnormal f32 operands are kept. Where the
@@ -19,9 +20,12 @@ namespace {
 // 2^-37 (a normal f32), its sign put back, and a normal half's exponent rebased by an integer
 // addition of 112 << 23 (on x86 the multiplication form is ~25% faster over an f16 cache:
 // bench decode_cache/f16). bf16, i8 and f32 as every input is converted (generator/element.h).
-Expr cached_as_f32(const Expr& x, bool flushes_subnormals) {
+Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
   const Type t = x.type();
-  if (t.code() != halide_type_float || t.bits() != 16) return to_f32(x);
+  if (t.code() != halide_type_float || t.bits() != 16 || spec.native_f16) {
+    return to_f32(x, spec.native_f16);
+  }
+  const bool flushes_subnormals = spec.flushes_subnormals;
   const Expr bits = (cast<int32_t>(reinterpret(Int(16), x)) << 13) &
                     static_cast<int32_t>(0x8fffe000u);  // sign, exponent and mantissa
   const Expr magnitude = bits & 0x0fffe000;
@@ -70,9 +74,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.v_stored = Func("v_stored");
   f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
   f.k = Func("k_slots");
-  f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(f.k_stored(d, s, hk, b), spec.flushes_subnormals));
+  f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(f.k_stored(d, s, hk, b), spec));
   f.v = Func("v_slots");
-  f.v(d, s, hk, b) = pad(in.dv, cached_as_f32(f.v_stored(d, s, hk, b), spec.flushes_subnormals));
+  f.v(d, s, hk, b) = pad(in.dv, cached_as_f32(f.v_stored(d, s, hk, b), spec));
   // An i8 cache: K's scale multiplies the score (s = scale * k_scale * q.k_i8), V's the
   // probability of its key in probs.V (sum of p * v_scale * v_i8); the block sums take the
   // probabilities as they are.
@@ -116,6 +120,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
       f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, in.v_finite, 0, f.v_scale);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
+  f.probs_scaled = stats.probs_scaled;
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
 

@@ -39,6 +39,8 @@ struct DecodeSpec {
   // The target flushes subnormal f32 operands to zero (32-bit NEON always does): f16 K/V are
   // then widened without f32 arithmetic on subnormals.
   bool flushes_subnormals = false;
+  // f16 (K/V, q) widened by the CPU's conversion instruction (generator/native_f16.h).
+  bool native_f16 = false;
 };
 
 struct DecodeInputs {
@@ -74,6 +76,7 @@ struct DecodeFuncs {
   Halide::Func scores;            // (s, r, hk, b) scaled, masked
   Halide::Func block_max;         // (kb, r, hk, b)
   Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked
+  Halide::Func probs_scaled;      // (s, r, hk, b) probs * v_scale (an i8 cache, else undefined)
   Halide::Func block_sum;         // (kb, r, hk, b)
   Halide::Func block_pv;          // (d, kb, r, hk, b)
   Halide::Func visit;             // (kb, b) whether block kb may hold a key some row attends

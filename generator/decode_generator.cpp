@@ -53,11 +53,14 @@ class Decode : public Generator<Decode> {
   void generate() {
     attngen::DecodeSpec spec = attngen::decode_spec(v_);
     spec.flushes_subnormals = get_target().arch == Halide::Target::ARM && get_target().bits == 32;
+    spec.native_f16 = attngen::use_native_f16(
+        get_externs_map(), get_target(),
+        v_.dtype == attngen::DType::kF16 || v_.kv_dtype == attngen::DType::kF16);
     const attngen::DecodeTunables tunables =
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 
     attngen::DecodeInputs in;
-    in.q = attngen::as_f32(*q);
+    in.q = attngen::as_f32(*q, spec.native_f16);
     in.k = *k;
     in.v = *v;
     if (kv_scales != nullptr) in.kv_scales = *kv_scales;

@@ -8,12 +8,15 @@
 #include <cstdint>
 
 #include "Halide.h"
+#include "generator/native_f16.h"
 
 namespace attngen {
 
 // x (f32, f16, bf16 or an integer type) as f32. bf16 is the upper half of an f32: its bits
-// widened.
-inline Halide::Expr to_f32(const Halide::Expr& x) {
+// widened. f16 by the CPU's conversion instruction where the kernel widens f16 natively
+// (generator/native_f16.h), else by Halide's cast.
+inline Halide::Expr to_f32(const Halide::Expr& x, bool native_f16 = false) {
+  if (native_f16 && x.type() == Halide::Float(16)) return widen_f16_native(x);
   if (x.type().is_bfloat()) {
     using Halide::reinterpret;
     return reinterpret(Halide::Float(32),

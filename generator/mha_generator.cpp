@@ -70,8 +70,11 @@ class Mha : public Generator<Mha> {
     requested_linear.transpose_x = 1;
     const attngen::LinearTunables linear_tunables =
         attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
-    attngen::LinearFuncs in_proj = attngen::define_linear(
-        attngen::as_f32(*x), *in_w, attngen::as_f32(*in_b), in_shape, "in_proj");
+    const bool native_f16 =
+        attngen::use_native_f16(get_externs_map(), get_target(), v.dtype == attngen::DType::kF16);
+    attngen::LinearFuncs in_proj =
+        attngen::define_linear(attngen::as_f32(*x, native_f16), *in_w,
+                               attngen::as_f32(*in_b, native_f16), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
@@ -119,8 +122,8 @@ class Mha : public Generator<Mha> {
     attngen::LinearShape out_shape{embed, embed, seq};
     out_shape.panel = in_shape.panel;
     out_shape.half_chunk = in_shape.half_chunk;
-    attngen::LinearFuncs out_proj =
-        attngen::define_linear(concat, *out_w, attngen::as_f32(*out_b), out_shape, "out_proj");
+    attngen::LinearFuncs out_proj = attngen::define_linear(
+        concat, *out_w, attngen::as_f32(*out_b, native_f16), out_shape, "out_proj");
     (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());
 
     const int p = in_shape.panel;  // the weights' panels (define_linear())

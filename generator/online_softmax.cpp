@@ -70,13 +70,21 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
 
   f.block_pv = Func(prefix + "block_pv");
   f.block_pv(d, kb, i, h, b) = 0.0f;
-  if (half_chunk <= 0) {
-    // (V's scale multiplies V: a masked key's scale, NaN say, stays out as well.)
-    const Expr value = v_scale.defined() ? v_scale(key, h, b) * v(d, key, h, b) : v(d, key, h, b);
-    f.block_pv(d, kb, i, h, b) += pv_term(f.probs(key, i, h, b), value, v_finite);
+  if (v_scale.defined()) {
+    if (half_chunk > 0) {
+      throw CompileError("attngen: half-precision P.V takes no quantised V");
+    }
+    const Expr p = f.probs(j, i, h, b);
+    f.probs_scaled = Func(prefix + "probs_scaled");
+    f.probs_scaled(j, i, h, b) = select(is_plus_zero(p), 0.0f, p * v_scale(j, h, b));
+    f.block_pv(d, kb, i, h, b) += f.probs_scaled(key, i, h, b) * v(d, key, h, b);
     return f;
   }
-  if (block % half_chunk != 0 || v.output_types().at(0) != Float(16) || v_scale.defined()) {
+  if (half_chunk <= 0) {
+    f.block_pv(d, kb, i, h, b) += pv_term(f.probs(key, i, h, b), v(d, key, h, b), v_finite);
+    return f;
+  }
+  if (block % half_chunk != 0 || v.output_types().at(0) != Float(16)) {
     throw CompileError("attngen: half-precision P.V needs f16 V and chunks (" +
                        std::to_string(half_chunk) + ") dividing the key block (" +
                        std::to_string(block) + ")");

@@ -82,14 +82,19 @@ inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) 
 // Funcs defined are
 //   block_max (kb, row, head, batch), probs (key, row, head, batch) = exp(score - block max)
 //   (0 where masked), block_sum (kb, row, head, batch), block_pv (d, kb, row, head, batch),
-// summing over the keys kb * block + rk. With v_scale (key, head, batch) defined (a quantised V),
-// block_pv sums probs * v_scale * v instead: the scale is folded into the probability of its key.
+// summing over the keys kb * block + rk. With v_scale (key, head, batch) defined (a quantised V,
+// whose values are finite: integers as f32), block_pv sums probs_scaled * v instead, the scale
+// folded into the probability of its key: probs_scaled (key, row, head, batch) = probs * v_scale,
+// or 0 where probs is +0, so that a key not attended adds 0 whatever its scale (NaN say).
+// A stage of its own, one multiply per key and row a schedule may vectorise over the keys, where
+// folded into P.V it is a scalar multiply and broadcast per (key, row) beside the FMAs.
 struct KeyBlockVars {
   Halide::Var d, key, kb, row, head, batch;
 };
 
 struct KeyBlockStats {
   Halide::Func block_max, probs, block_sum, block_pv;
+  Halide::Func probs_scaled;  // with v_scale only
   // Half-precision P.V only (half_chunk > 0): block_pv sums over rh (the half chunks of the
   // block, in order) the f32 value of block_pv_half (d, half chunk, kb, row, head, batch), the
   // f16 sum over rx (the keys of one half chunk) of probs_half * v, probs_half (key, row, head,

@@ -41,10 +41,10 @@ Halide::Type halide_type(DType dtype) {
   return Halide::Float(32);
 }
 
-Halide::Func as_f32(const Halide::Func& input) {
+Halide::Func as_f32(const Halide::Func& input, bool native_f16) {
   if (input.output_types().at(0) == Halide::Float(32)) return input;
   Halide::Func f(input.name() + "_f32");
-  f(Halide::_) = to_f32(input(Halide::_));
+  f(Halide::_) = to_f32(input(Halide::_), native_f16);
   return f;
 }
 

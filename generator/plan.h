@@ -23,8 +23,9 @@ KernelVariant variant_or_throw(const std::string& text, Op op);
 Halide::Type halide_type(DType dtype);
 
 // An input as the f32 the algorithm computes in: the Func itself when it is f32, else a
-// conversion of it (inlined where the input is read, or staged).
-Halide::Func as_f32(const Halide::Func& input);
+// conversion of it (inlined where the input is read, or staged); f16 by the CPU's instruction
+// where the kernel widens it natively (generator/native_f16.h, use_native_f16).
+Halide::Func as_f32(const Halide::Func& input, bool native_f16);
 
 // The algorithm's spec of a variant on a target (the target decides the arithmetic of some
 // dtypes: AttentionSpec::half_pv_chunk).

@@ -134,7 +134,14 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_VARIANT", param);
   cmake_set("ATTNGEN_V_CLASS", cls);
   cmake_set("ATTNGEN_V_TUNING", tuning);
-  cmake_set("ATTNGEN_V_ASM_SIGNATURE", t.asm_signature);
+  // A kernel that reads f16 on an x86 row with F16C widens it with vcvtph2ps
+  // (generator/native_f16.h, widens_f16_natively): the assembly must show it too.
+  std::string signature = t.asm_signature;
+  const bool reads_f16 = v.dtype == DType::kF16 || v.kv_dtype == DType::kF16;
+  if (reads_f16 && t.isa != Isa::kCuda && std::strstr(t.halide_target, "-f16c") != nullptr) {
+    signature += ";\tvcvtph2ps[\t ]";
+  }
+  cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
   cmake_set("ATTNGEN_V_TUNING_FILE", read_file && file_exists(file) ? file : "");
   return 0;

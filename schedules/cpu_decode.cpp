@@ -157,6 +157,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     g_rf.update().reorder(u, rdo).vectorize(u);
   }
   per_tile(f.probs).vectorize(s, lanes).unroll(r, rows, round);
+  if (f.probs_scaled.defined()) per_tile(f.probs_scaled).vectorize(s, lanes).unroll(r, rows, round);
 
   // probs.V: pv_rows rows x pv_vectors vectors of Dv of accumulators across the keys of the
   // block; the V vector of a key is converted once and used by the pv_rows rows.

@@ -329,8 +329,9 @@ void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target
   if (autoscheduled) return;
   const TargetInfo info = target_info(target);
   schedule_decode_for(f, spec, info, tunables);
-  // As for attention: the P.V of a layer whose V is finite multiplies as it is.
-  f.block_pv.update().specialize(f.v_finite);
+  // As for attention: the P.V of a layer whose V is finite multiplies as it is. (A quantised V's
+  // P.V takes its probabilities scaled, 0 where not attended, and needs no test.)
+  if (!f.probs_scaled.defined()) f.block_pv.update().specialize(f.v_finite);
 }
 
 }  // namespace attngen

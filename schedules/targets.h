@@ -51,7 +51,7 @@ inline constexpr TargetRow kTargets[] = {
     {Isa::kSse41, "sse41", "x86_64", ATTNGEN_X86_64 "-sse41", ATTNGEN_X86_64, 16, 16, 12, "sse4.1",
      1, ""},
     {Isa::kAvx2, "avx2", "x86_64", ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2", ATTNGEN_X86_64, 32,
-     16, 12, "avx2 fma", 2, "vfmadd[0-9]+ps[^\n]*ymm"},
+     16, 12, "avx2 fma f16c", 2, "vfmadd[0-9]+ps[^\n]*ymm"},
     {Isa::kNeon, "neon", "aarch64", "arm-64-linux", "arm-64-linux", 16, 32, 24, "aarch64", 3,
      "fmla[^\n]*v[0-9]+\\.4s"},
     // f16 kernels with ARMv8.2-A half-precision arithmetic (fmla on .8h vectors).
@@ -71,7 +71,7 @@ inline constexpr TargetRow kTargets[] = {
      "\tvcvt[bt]?\\.f(16\\.f32|32\\.f16)[\t ]"},
     {Isa::kAvx512, "avx512", "x86_64",
      ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake", ATTNGEN_X86_64, 64, 32, 24,
-     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma", 4, "vfmadd[0-9]+ps[^\n]*zmm"},
+     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c", 4, "vfmadd[0-9]+ps[^\n]*zmm"},
     // bf16 kernels whose products are AVX512-BF16 dot products (vdpbf16ps: pairs of bf16
     // products summed into f32). Halide names the feature after Sapphire Rapids, whose LLVM CPU
     // it targets: the CPU check also asks for the Cannon Lake features that target implies.
@@ -79,8 +79,8 @@ inline constexpr TargetRow kTargets[] = {
      ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-"
                     "avx512_sapphirerapids",
      ATTNGEN_X86_64, 64, 32, 24,
-     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma avx512ifma avx512vbmi avx512vnni "
-     "avx512bf16",
+     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi "
+     "avx512vnni avx512bf16",
      5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
      // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them.

@@ -1,0 +1,31 @@
+// f16 -> f32 by the CPU's own conversion instruction (x86-64 with F16C: vcvtph2ps), which
+// Halide 14 does not emit: its f16 casts on x86 are an emulation in integer and float code
+// (about 8 instructions per vector, against 1). The kernel calls a function by name
+// (widen_f16_native); the generator adds LLVM bitcode defining it, a vector fpext from half, to
+// the kernel's module (Generator::get_externs_map, Halide::ExternalCode), where Halide's code
+// generation finds its vector forms by their names (attngen_f16_to_f32x16 for 16 lanes) and LLVM
+// inlines them, so each vector of halves becomes one vcvtph2ps (its load folded in).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "Halide.h"
+
+namespace attngen {
+
+// Whether kernels for `target` widen f16 natively: x86-64 CPU code with F16C (every x86 row of
+// schedules/targets.h but sse41). Not GPU targets (their device code converts on its own).
+bool widens_f16_natively(const Halide::Target& target);
+
+// x (Float(16)) as f32 by a call that the bitcode of add_f16_widening resolves.
+Halide::Expr widen_f16_native(const Halide::Expr& x);
+
+// For a generator's generate(): whether the kernel widens f16 natively, true only for a
+// kernel that reads f16 (`reads_f16`) on such a target; then the bitcode is added to the
+// generator's externs (pass get_externs_map()).
+bool use_native_f16(const std::shared_ptr<std::map<std::string, Halide::ExternalCode>>& externs,
+                    const Halide::Target& target, bool reads_f16);
+
+}  // namespace attngen
