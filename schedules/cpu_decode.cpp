@@ -32,23 +32,26 @@
 // 1.25-1.41x faster (0.58-0.62 of a streaming read, was 0.42-0.47), f16 1.5-1.9x, bf16
 // 1.9-2.4x, i8 1.9-2.5x; f16 at 1.87-2.22x and i8 at 3.02-3.62x the (now faster) f32 cache,
 // but only 0.56-0.60 (f16) and 0.43-0.54 (i8) of a streaming read of their bytes: still
-// compute-bound (the horizontal sums are ~40% of q.k; f16 takes 7 instructions per 16 elements
-// to convert, Halide 14 having no F16C cast). Tried and dropped: a second reduction level that
-// sums the tile's rows side by side before the horizontal step (LLVM spilled the partial sums
-// and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k iteration (no better),
-// the block copy for f16/bf16/i8 (1.1-1.35x slower on one thread). Also dropped, on the
-// Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch of the K and V
-// buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and decode ran
-// 4x slower), and, over an f16 cache, V widened without its NaN/infinity test where v_finite
-// holds (8-13% slower, 3 alternating pairs). Also dropped there (bench/RESULTS.md, "Decode on
-// Sapphire Rapids: where the time goes"): q.k for 4 keys at a time with their horizontal sums
+// compute-bound (the horizontal sums are ~40% of q.k; f16 took 7 instructions per 16 elements
+// to convert, Halide 14 having no F16C cast: one vcvtph2ps now, generator/native_f16.h, and the
+// f16 cache 1.32x the f32 one instead of 1.19x on the Sapphire-Rapids-class VM). Tried and dropped:
+// a second reduction level that sums the tile's rows side by side before the horizontal step (LLVM
+// spilled the partial sums and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k
+// iteration (no better), the block copy for f16/bf16/i8 (1.1-1.35x slower on one thread). Also
+// dropped, on the Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch
+// of the K and V buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and
+// decode ran 4x slower), and, over an f16 cache, V widened without its NaN/infinity test where
+// v_finite holds (8-13% slower, 3 alternating pairs). Also dropped there (bench/RESULTS.md, "Decode
+// on Sapphire Rapids: where the time goes"): q.k for 4 keys at a time with their horizontal sums
 // done as one reduction tree (a VectorReduce of 4 keys x 16 lanes to 4 lanes; 10 shuffles and 5
 // adds per 4 keys and row against 4 x 8 ops) gave f32 1.21x and f16/bf16 1.05x slower, i8 no
 // faster; stage_block = 1 for f16, bf16 and i8 caches (whole 128-key blocks, 32 KiB for i8) was
 // 1.21-1.29x slower: the 16- and 8-bit caches are compute-bound there, but neither by the
 // horizontal sums nor (a prototype with q.k as 16-bit integer dot products, vpmaddwd/vpdpwssd:
-// 2-7% faster) by q.k's conversions and FMAs; the i8 kernel takes about twice the cycles its
-// vector instructions need, for reasons not yet found.
+// 2-7% faster) by q.k's conversions and FMAs; nor by the FMA chains of q.k (two independent
+// chains per (key, row), a second rfactor over even and odd vectors of the head dim: 1.01-1.02x,
+// no faster), nor by V's scale multiplied into P.V per (key, row) (now a stage of its own,
+// probs_scaled: no faster either). What bounds the 16- and 8-bit kernels is not yet found.
 #include <algorithm>
 
 #include "schedules/schedule.h"
