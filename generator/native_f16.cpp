@@ -4,7 +4,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/IRReader.h>
 
-#include <cstring>
+#include <cstdint>
 #include <vector>
 
 namespace attngen {

@@ -19,7 +19,7 @@ namespace attngen {
 // schedules/targets.h but sse41). Not GPU targets (their device code converts on its own).
 bool widens_f16_natively(const Halide::Target& target);
 
-// x (Float(16)) as f32 by a call that the bitcode of add_f16_widening resolves.
+// x (Float(16)) as f32 by a call that the bitcode use_native_f16 adds resolves.
 Halide::Expr widen_f16_native(const Halide::Expr& x);
 
 // For a generator's generate(): whether the kernel widens f16 natively, true only for a
