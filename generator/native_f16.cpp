@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "schedules/target_info.h"
+
 namespace attngen {
 
 namespace {
@@ -68,8 +70,10 @@ std::vector<uint8_t> bitcode(const std::string& ir) {
 }  // namespace
 
 bool widens_f16_natively(const Halide::Target& target) {
-  return target.arch == Halide::Target::X86 && target.bits == 64 &&
-         target.has_feature(Halide::Target::F16C) && !target.has_gpu_feature();
+  // The table decides (row_widens_f16); the feature guards a target that names fewer features
+  // than its row (LLVM without F16C would call a library routine per element).
+  return row_widens_f16(target_row(target_info(target).isa)) &&
+         target.has_feature(Halide::Target::F16C);
 }
 
 Halide::Expr widen_f16_native(const Halide::Expr& x) {

@@ -15,8 +15,8 @@
 
 namespace attngen {
 
-// Whether kernels for `target` widen f16 natively: x86-64 CPU code with F16C (every x86 row of
-// schedules/targets.h but sse41). Not GPU targets (their device code converts on its own).
+// Whether kernels for `target` widen f16 natively: its row of schedules/targets.h says so
+// (row_widens_f16: avx2, avx512, avx512bf16) and the target has F16C.
 bool widens_f16_natively(const Halide::Target& target);
 
 // x (Float(16)) as f32 by a call that the bitcode use_native_f16 adds resolves.

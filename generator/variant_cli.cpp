@@ -134,13 +134,11 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_VARIANT", param);
   cmake_set("ATTNGEN_V_CLASS", cls);
   cmake_set("ATTNGEN_V_TUNING", tuning);
-  // A kernel that reads f16 on an x86 row with F16C widens it with vcvtph2ps
-  // (generator/native_f16.h, widens_f16_natively): the assembly must show it too.
+  // A kernel that reads f16 on a row that widens it with vcvtph2ps (row_widens_f16): the
+  // assembly must show it too.
   std::string signature = t.asm_signature;
   const bool reads_f16 = v.dtype == DType::kF16 || v.kv_dtype == DType::kF16;
-  if (reads_f16 && t.isa != Isa::kCuda && std::strstr(t.halide_target, "-f16c") != nullptr) {
-    signature += ";\tvcvtph2ps[\t ]";
-  }
+  if (reads_f16 && row_widens_f16(t)) signature += ";\tvcvtph2ps[\t ]";
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
   cmake_set("ATTNGEN_V_TUNING_FILE", read_file && file_exists(file) ? file : "");

@@ -124,6 +124,12 @@ inline bool row_builds(const TargetRow& t, const char* dtype) {
   return false;
 }
 
+// Whether the row's kernels read f16 with F16C's vcvtph2ps (generator/native_f16.h): the x86-64
+// CPU rows whose Halide target has F16C (not cuda's, whose host code reads no f16).
+inline bool row_widens_f16(const TargetRow& t) {
+  return std::strcmp(t.arch, "x86_64") == 0 && std::strstr(t.halide_target, "-f16c") != nullptr;
+}
+
 // Lanes of one native vector of elements of `element_bytes` bytes.
 inline int lanes_of(const TargetRow& t, int element_bytes) {
   return t.vector_bytes / element_bytes;
