@@ -459,6 +459,11 @@ void register_decode() {
       {ATTNGEN_F32, "f32"}, {ATTNGEN_F16, "f16"}, {ATTNGEN_BF16, "bf16"}, {ATTNGEN_I8, "i8"}};
   for (const auto& [dtype, word] : dtypes) {
     add(std::string("decode_cache/") + word + "/" + describe(llama), decode, llama, 0, 0, dtype);
+    // A short context (1 MiB of f32 K and V): the per-call costs show.
+    DecodeShape short_context = llama;
+    short_context.skv = 128;
+    add(std::string("decode_cache/") + word + "/" + describe(short_context), decode, short_context,
+        0, 0, dtype);
     add(std::string("stream_cache/") + word + "/" +
             std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
         attngen::bench::stream_read, kv_bytes(llama, dtype), g_threads);
