@@ -470,8 +470,10 @@ void register_decode() {
   }
   // Split-KV against one task per (sequence, kv head), on 2 threads: with 8 kv heads, and with
   // multi-query attention (1 kv head), where without splits one thread has all the work.
-  const DecodeShape mqa{1, 1, 32, 1, 128, 32768};
-  for (const DecodeShape& s : {llama, mqa}) {
+  // And a batch of 8 sequences (64 groups), where one split per group already gives each
+  // thread many tasks.
+  const DecodeShape mqa{1, 1, 32, 1, 128, 32768}, batch8{8, 1, 32, 8, 128, 1024};
+  for (const DecodeShape& s : {llama, mqa, batch8}) {
     add("decode_splits/" + describe(s) + "/threads2/none", decode, s, 1, 2, ATTNGEN_F32);
     add("decode_splits/" + describe(s) + "/threads2/auto", decode, s, 0, 2, ATTNGEN_F32);
     add("decode_splits/" + describe(s) + "/threads2/splits8", decode, s, 8, 2, ATTNGEN_F32);

@@ -24,8 +24,12 @@ const char* const kRowsDims[] = {"B", "t", "E"};
 
 // Split-KV policy. A decode task is one (split, sequence, kv head): about four tasks per thread
 // keep every thread busy to the end, and a split shorter than a few key blocks costs more in its
-// partial and merge than it gains. Chosen, not tuned (a 2-core machine cannot tell the
-// constants apart); bench/RESULTS.md has the split cases of bench/attention_bench.cpp.
+// partial and merge than it gains. With more than one thread, every (sequence, kv head) is split
+// at least in two: on the 2-core Sapphire-Rapids-class VM, 2 threads ran B1 Hkv8 Skv8192 (8
+// groups), B2 Skv4096 (16) and B8 Skv1024 (64) 3-18% faster with two splits per group than with
+// one, for f32 and i8 caches alike, although one split already gave every thread 4 to 32 tasks
+// (one thread: no difference). The constants are chosen, not tuned; bench/RESULTS.md has the
+// split cases of bench/attention_bench.cpp.
 constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kMinSplitKeys = 256;
 
@@ -35,6 +39,7 @@ int64_t split_keys(int64_t slots, int64_t groups, int32_t kv_splits) {
   if (splits <= 0) {
     const int64_t tasks = kTasksPerThread * thread_count();
     splits = groups >= tasks ? 1 : (tasks + groups - 1) / groups;
+    if (thread_count() > 1) splits = std::max<int64_t>(splits, 2);  // see above
     splits = std::min(splits, std::max<int64_t>(1, slots / kMinSplitKeys));
   }
   splits = std::clamp<int64_t>(splits, 1, slots);
