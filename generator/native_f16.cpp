@@ -21,14 +21,16 @@ constexpr char kCodeName[] = "org.attngen.f16_to_f32";
 // weak_odr and hidden: every kernel object that reads f16 carries a copy, and a program that
 // links many keeps one. alwaysinline: a call costs more than the instruction it wraps.
 std::string ir_text(const Halide::Target& target) {
-  // Halide's data layout for x86-64 (as the kernel module has it, so LLVM's linker does not warn
-  // of a mismatch); the symbol mangling is the object format's.
+  // LLVM's data layout for the kernel's architecture (as the kernel module has it, so LLVM's
+  // linker does not warn of a mismatch); the symbol mangling is the object format's.
   const char mangling =
       target.os == Halide::Target::Windows
           ? 'w'
           : (target.os == Halide::Target::OSX || target.os == Halide::Target::IOS ? 'o' : 'e');
-  std::string ir = std::string("target datalayout = \"e-m:") + mangling +
-                   "-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128\"\n";
+  const char* layout = target.arch == Halide::Target::ARM && target.bits == 64
+                           ? "-i8:8:32-i16:16:32-i64:64-i128:128-n32:64-S128"
+                           : "-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128";
+  std::string ir = std::string("target datalayout = \"e-m:") + mangling + layout + "\"\n";
   const auto define = [&](const std::string& suffix, const std::string& half,
                           const std::string& bits, const std::string& f32) {
     ir += "define weak_odr hidden " + f32 + " @" + kName + suffix + "(" + bits + " %x) #0 {\n" +
@@ -70,10 +72,10 @@ std::vector<uint8_t> bitcode(const std::string& ir) {
 }  // namespace
 
 bool widens_f16_natively(const Halide::Target& target) {
-  // The table decides (row_widens_f16); the feature guards a target that names fewer features
-  // than its row (LLVM without F16C would call a library routine per element).
-  return row_widens_f16(target_row(target_info(target).isa)) &&
-         target.has_feature(Halide::Target::F16C);
+  // The table decides (row_widens_f16); on x86 the feature guards a target that names fewer
+  // features than its row (LLVM without F16C would call a library routine per element).
+  return row_widens_f16(target_row(target_info(target).isa)) != nullptr &&
+         (target.arch != Halide::Target::X86 || target.has_feature(Halide::Target::F16C));
 }
 
 Halide::Expr widen_f16_native(const Halide::Expr& x) {

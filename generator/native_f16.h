@@ -1,10 +1,11 @@
-// f16 -> f32 by the CPU's own conversion instruction (x86-64 with F16C: vcvtph2ps), which
-// Halide 14 does not emit: its f16 casts on x86 are an emulation in integer and float code
-// (about 8 instructions per vector, against 1). The kernel calls a function by name
+// f16 -> f32 by the CPU's own conversion instruction, which Halide 14 does not emit where the
+// target has no f16 arithmetic: x86-64 with F16C (vcvtph2ps) and aarch64 without ARMv8.2-A FP16
+// (fcvtl, fcvtl2; base ARMv8-A). Halide's f16 casts there are an emulation in integer and float
+// code (on x86 about 8 instructions per vector, against 1). The kernel calls a function by name
 // (widen_f16_native); the generator adds LLVM bitcode defining it, a vector fpext from half, to
 // the kernel's module (Generator::get_externs_map, Halide::ExternalCode), where Halide's code
 // generation finds its vector forms by their names (attngen_f16_to_f32x16 for 16 lanes) and LLVM
-// inlines them, so each vector of halves becomes one vcvtph2ps (its load folded in).
+// inlines them, so each vector of halves becomes one conversion (on x86 its load folded in).
 #pragma once
 
 #include <map>
@@ -16,7 +17,7 @@
 namespace attngen {
 
 // Whether kernels for `target` widen f16 natively: its row of schedules/targets.h says so
-// (row_widens_f16: avx2, avx512, avx512bf16) and the target has F16C.
+// (row_widens_f16: avx2, avx512, avx512bf16, neon), and on x86 the target has F16C.
 bool widens_f16_natively(const Halide::Target& target);
 
 // x (Float(16)) as f32 by a call that the bitcode use_native_f16 adds resolves.

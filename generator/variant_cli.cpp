@@ -134,11 +134,13 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_VARIANT", param);
   cmake_set("ATTNGEN_V_CLASS", cls);
   cmake_set("ATTNGEN_V_TUNING", tuning);
-  // A kernel that reads f16 on a row that widens it with vcvtph2ps (row_widens_f16): the
-  // assembly must show it too.
+  // A kernel that reads f16 on a row that widens it natively (row_widens_f16): the assembly
+  // must show that instruction too.
   std::string signature = t.asm_signature;
   const bool reads_f16 = v.dtype == DType::kF16 || v.kv_dtype == DType::kF16;
-  if (reads_f16 && row_widens_f16(t)) signature += ";\tvcvtph2ps[\t ]";
+  if (const char* widen = row_widens_f16(t); reads_f16 && widen != nullptr) {
+    signature += std::string(";") + widen;
+  }
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
   cmake_set("ATTNGEN_V_TUNING_FILE", read_file && file_exists(file) ? file : "");

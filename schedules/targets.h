@@ -124,10 +124,21 @@ inline bool row_builds(const TargetRow& t, const char* dtype) {
   return false;
 }
 
-// Whether the row's kernels read f16 with F16C's vcvtph2ps (generator/native_f16.h): the x86-64
-// CPU rows whose Halide target has F16C (not cuda's, whose host code reads no f16).
-inline bool row_widens_f16(const TargetRow& t) {
-  return std::strcmp(t.arch, "x86_64") == 0 && std::strstr(t.halide_target, "-f16c") != nullptr;
+// The instruction (a CMake regex for the assembly test) by which the row's kernels widen f16 to
+// f32 (generator/native_f16.h), or nullptr where Halide 14's own conversion stays:
+//  - F16C's vcvtph2ps on the x86-64 CPU rows whose Halide target has F16C (not cuda's, whose host
+//    code reads no f16);
+//  - fcvtl (and fcvtl2 for a vector's upper half) on aarch64 without arm_fp16: every ARMv8-A
+//    core has them, and Halide 14 emulates the conversion there in integer code. The arm_fp16
+//    row computes in f16 and Halide converts natively there already.
+inline const char* row_widens_f16(const TargetRow& t) {
+  if (std::strcmp(t.arch, "x86_64") == 0 && std::strstr(t.halide_target, "-f16c") != nullptr) {
+    return "\tvcvtph2ps[\t ]";
+  }
+  if (std::strcmp(t.arch, "aarch64") == 0 && std::strstr(t.halide_target, "arm_fp16") == nullptr) {
+    return "\tfcvtl2?[\t ]";
+  }
+  return nullptr;
 }
 
 // Lanes of one native vector of elements of `element_bytes` bytes.
