@@ -51,7 +51,11 @@
 // 2-7% faster) by q.k's conversions and FMAs; nor by the FMA chains of q.k (two independent
 // chains per (key, row), a second rfactor over even and odd vectors of the head dim: 1.01-1.02x,
 // no faster), nor by V's scale multiplied into P.V per (key, row) (now a stage of its own,
-// probs_scaled: no faster either). What bounds the 16- and 8-bit kernels is not yet found.
+// probs_scaled: no faster either), nor by q.k's horizontal sums of a key's 4 rows done as one
+// reduction tree (the rows vectorised in dot's update: 6 vpermt2ps and a few adds for 4 sums,
+// 0.95-1.02x). Measured alone (bench/RESULTS.md, "Where the decode time goes"), q.k's loop runs
+// near its L2 compute rate and pays L3's latency on top, and P.V is at its port limit: the i8
+// kernel is compute-bound from L2 and L3 alike.
 #include <algorithm>
 
 #include "schedules/schedule.h"
