@@ -26,8 +26,8 @@ inline bool cpu_feature(std::string_view f) {
   if (f == "fma") return __builtin_cpu_supports("fma");
   if (f == "f16c") {
     // Not a name clang 14's __builtin_cpu_supports knows (the fuzz build), so CPUID itself, once
-    // per process: in a virtual machine each CPUID traps to the hypervisor (about 20 us a decode
-    // call with one per kernel row checked, measured on the Sapphire-Rapids-class VM).
+    // per process: in a virtual machine each CPUID traps to the hypervisor (40-50 us a call with
+    // one per kernel row dispatch checked, on the Sapphire-Rapids-class VM: bench/RESULTS.md).
     static const bool f16c = [] {
       unsigned a, b, c, d;
       return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
