@@ -8,7 +8,7 @@ For "no slowdown" checks of a change that alters generated code (the before buil
 worktree of the old commit).
 
   python3 bench/ab_builds.py /work/base/build/ci /work/main/build/ci \\
-      --filter '^decode/(l3/|B1_Sq1_Hq32_Hkv8_D128_Skv128/)' --pairs 8
+      --filter '^decode(/l3|_cache/f32/B1_Sq1_Hq32_Hkv8_D128_Skv128)/' --pairs 8
 """
 
 import argparse

@@ -21,10 +21,10 @@
 // runs itself again with OPENBLAS_CORETYPE set, --openblas_core=keep: not), decode/l3/... and
 // decode/dram/... (attngen_decode over a KV cache that stays in L3 and one that does not, GB/s of
 // K and V read) each next to stream_read/<l3|dram>/... (a vectorised streaming read of as many
-// bytes, the memory's ceiling, in the same run), decode/<L2-resident shape>,
-// decode_cache/<dtype>/... next to stream_cache/<dtype>/..., and decode_splits/... (split-KV
-// against one task per kv head, on 2 threads), and mha_decode_step/<weights|layer>/... (one token
-// of the MHA layer over a KV cache: the caller's weights packed per step, or a persistent layer).
+// bytes, the memory's ceiling, in the same run), decode_cache/<dtype>/<shape> (Skv8192, and an
+// L2-resident Skv128) next to stream_cache/<dtype>/..., and decode_splits/... (split-KV against
+// one task per kv head, on 2 threads), and mha_decode_step/<weights|layer>/... (one token of the
+// MHA layer over a KV cache: the caller's weights packed per step, or a persistent layer).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -450,20 +450,17 @@ void register_decode() {
             std::to_string(static_cast<int64_t>(kv_bytes(s)) >> 20) + "MiB",
         attngen::bench::stream_read, kv_bytes(s), g_threads);
   }
-  // The same heads over a cache that fits in L2: the kernel's compute rate, not memory's.
-  const DecodeShape resident{1, 1, 32, 8, 128, 128};
-  add("decode/" + describe(resident), decode, resident, 0, 0, ATTNGEN_F32);
   // Caches of each dtype, each next to a streaming read of its own bytes (the ratios of
-  // bench/RESULTS.md, "Decode over f16, bf16 and i8 caches").
+  // bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"), and the same heads over a short
+  // context that fits in L2 (1 MiB of f32 K and V): the kernel's compute rate, not memory's,
+  // and where the per-call costs show.
+  const DecodeShape resident{1, 1, 32, 8, 128, 128};
   const std::pair<attngen_dtype, const char*> dtypes[] = {
       {ATTNGEN_F32, "f32"}, {ATTNGEN_F16, "f16"}, {ATTNGEN_BF16, "bf16"}, {ATTNGEN_I8, "i8"}};
   for (const auto& [dtype, word] : dtypes) {
-    add(std::string("decode_cache/") + word + "/" + describe(llama), decode, llama, 0, 0, dtype);
-    // A short context (1 MiB of f32 K and V): the per-call costs show.
-    DecodeShape short_context = llama;
-    short_context.skv = 128;
-    add(std::string("decode_cache/") + word + "/" + describe(short_context), decode, short_context,
-        0, 0, dtype);
+    for (const DecodeShape& s : {llama, resident}) {
+      add(std::string("decode_cache/") + word + "/" + describe(s), decode, s, 0, 0, dtype);
+    }
     add(std::string("stream_cache/") + word + "/" +
             std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
         attngen::bench::stream_read, kv_bytes(llama, dtype), g_threads);

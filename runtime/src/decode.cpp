@@ -37,9 +37,9 @@ constexpr int64_t kMinSplitKeys = 256;
 int64_t split_keys(int64_t slots, int64_t groups, int32_t kv_splits) {
   int64_t splits = kv_splits;
   if (splits <= 0) {
-    const int64_t tasks = kTasksPerThread * thread_count();
+    const int64_t threads = thread_count(), tasks = kTasksPerThread * threads;
     splits = groups >= tasks ? 1 : (tasks + groups - 1) / groups;
-    if (thread_count() > 1) splits = std::max<int64_t>(splits, 2);  // see above
+    if (threads > 1) splits = std::max<int64_t>(splits, 2);  // see above
     splits = std::min(splits, std::max<int64_t>(1, slots / kMinSplitKeys));
   }
   splits = std::clamp<int64_t>(splits, 1, slots);
