@@ -11,9 +11,9 @@ pair. Ratios are taken within a pair, then summarised (median and range) over th
     attngen f32 ms / attngen <dtype> ms     (the speed-up of the dtype over attngen's own f32)
     PyTorch <dtype> ms / attngen <dtype> ms (against the peer in the same dtype)
 
-The bf16 row is the avx512bf16 kernel where this build and CPU have it (automatic dispatch takes
-it only where the CPU's vdpbf16ps pays: attngen_bench's bf16_dot_rate_vs_fma, docs/variants.md),
-and "bf16 (avx512)" the same call on the AVX-512 kernel that converts to f32, which shows what
+The bf16 row is the amx kernel (AMX tiles) where this build and CPU have it, else the avx512bf16
+one where they have it (automatic dispatch takes that only where the CPU's vdpbf16ps pays:
+attngen_bench's bf16_dot_rate_vs_fma, docs/variants.md), and "bf16 (avx512)" the same call on the AVX-512 kernel that converts to f32, which shows what
 the bf16 pair products bring. Prints a Markdown table; writes bench/out/dtypes.json. Needs
 PyTorch (bench/run_peers.sh installs it).
 """
@@ -31,13 +31,14 @@ import common  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = (1, 16, 2048, 64)  # B, H, S, D
-NAME = re.compile(r"^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_(avx512bf16|avx512)/B1_H16_S2048/real_time$")
+NAME = re.compile(r"^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_(amx|avx512bf16|avx512)/"
+                  r"B1_H16_S2048/real_time$")
 
 
 def run_attngen(bench, threads, min_time):
     """ms per (dtype, mask, isa) from one attngen_bench process."""
     cmd = [bench, f"--threads={threads}",
-           "--benchmark_filter=^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_avx512(bf16)?/"
+           "--benchmark_filter=^attn_(f32|f16|bf16)_d64_(none|causal)__x86_64_(amx|avx512(bf16)?)/"
            "B1_H16_S2048/real_time$", f"--benchmark_min_time={min_time}", "--benchmark_format=json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     got = {}
@@ -96,7 +97,7 @@ def main():
     # Rows: the dispatched kernel of each dtype (the best ISA built), plus bf16 on plain AVX-512.
     def best(pair, dtype, mask):
         a = pair["attngen"]
-        for isa in ("avx512bf16", "avx512"):
+        for isa in ("amx", "avx512bf16", "avx512"):
             if f"{dtype}/{mask}/{isa}" in a:
                 return a[f"{dtype}/{mask}/{isa}"], isa
         return None, None

@@ -368,13 +368,31 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr first_row = qt * tile;
   Expr key;
   Expr key_pv;
-  if (spec.mask == MaskKind::kCausal) {
-    const Expr chunks = (in.seq_kv + chunk - 1) / chunk;
-    const Expr last_chunk = (first_row + (tile - 1)) / chunk;
+  Expr pair_pv;  // spec.amx: the pair of key_pv (key_pv / 2) in v_pairs
+  const bool causal = spec.mask == MaskKind::kCausal;
+  const Expr chunks = (in.seq_kv + chunk - 1) / chunk;
+  const Expr last_chunk = (first_row + (tile - 1)) / chunk;
+  // The chunk of keys a causal tile visits as chunk y, clamped to the visited range.
+  const auto visited = [&](const Expr& y) {
+    return causal ? select(in.bottom_right, y, min(y, last_chunk)) : y;
+  };
+  if (causal || spec.amx) {
+    // amx: whole chunks without a causal mask too, the last one past Skv masked (AMX's products
+    // take 32 keys at a time, with no test on the key).
     f.rj = RDom(0, chunk, 0, chunks, spec.part + "rj");
-    f.rj.where(in.bottom_right || rj.y <= last_chunk);
-    key = select(in.bottom_right, rj.y, min(rj.y, last_chunk)) * chunk + rj.x;
+    if (causal) f.rj.where(in.bottom_right || rj.y <= last_chunk);
+    key = visited(rj.y) * chunk + rj.x;
     f.rj_loops = {rj.x, rj.y};
+  }
+  if (spec.amx) {
+    // P.V over (key of a pair, pair, chunk): V's pairs indexed without a division.
+    f.rj_pv = RDom(0, 2, 0, chunk / 2, 0, chunks, spec.part + "rj_pv");
+    const RDom& rp = f.rj_pv;
+    if (causal) f.rj_pv.where(in.bottom_right || rp.z <= last_chunk);
+    pair_pv = visited(rp.z) * (chunk / 2) + rp.y;
+    key_pv = 2 * pair_pv + rp.x;
+    f.pv_loops = {rp.x, rp.y, rp.z};
+  } else if (causal) {
     // The product also stops each group of spec.row_group rows at the group's last row (its
     // probs past it are 0): within the diagonal chunk a group visits only the keys up to it.
     // The bound is the same for every row of a group, so it becomes the key loop's bound where
@@ -387,7 +405,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     if (!spec.bf16_pairs) {  // (a bound on single keys would split the pairs)
       f.rj_pv.where(in.bottom_right || rp.y * chunk + rp.x <= first_row + (qi / g) * g + (g - 1));
     }
-    key_pv = select(in.bottom_right, rp.y, min(rp.y, last_chunk)) * chunk + rp.x;
+    key_pv = visited(rp.y) * chunk + rp.x;
     f.pv_loops = {rp.x, rp.y};
   } else {
     // (Keys past Skv, up to a multiple of key_multiple, have masked scores: probability 0.)
@@ -429,16 +447,29 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (spec.bf16_pairs) {
     // (The product stays one of two bf16 values, for vdpbf16ps: pv_term's select is on V.)
     const Expr p = f.probs_bf16(key_pv, row, h, b);
-    const Expr v = f.v_pairs(key_pv % 2, d, key_pv / 2, h, b);
-    f.acc(d, qi, qt, h, b) +=
-        cast<float>(p) * cast<float>(select(f.v_finite, v, masked_by_prob(p, v)));
+    const Expr v = spec.amx ? f.v_pairs(f.rj_pv.x, d, pair_pv, h, b)
+                            : f.v_pairs(key_pv % 2, d, key_pv / 2, h, b);
+    if (spec.amx) {
+      f.acc(d, qi, qt, h, b) += cast<float>(p) * cast<float>(v);
+      f.acc_masked = Func(spec.part + "acc_masked");
+      f.acc_masked(d, qi, qt, h, b) = 0.0f;
+      f.acc_masked(d, qi, qt, h, b) += cast<float>(p) * cast<float>(masked_by_prob(p, v));
+    } else {
+      f.acc(d, qi, qt, h, b) +=
+          cast<float>(p) * cast<float>(select(f.v_finite, v, masked_by_prob(p, v)));
+    }
   } else {
     f.acc(d, qi, qt, h, b) += pv_term(f.probs(key_pv, row, h, b), f.v(d, key_pv, h, b), f.v_finite);
   }
 
   Expr l = f.row_sum(i % tile, i / tile, h, b);
   f.out = Func(spec.part + "attention");
-  f.out(d, h, i, b) = normalise(f.acc(d, i % tile, i / tile, h, b), l);
+  if (spec.amx) {
+    f.out(d, h, i, b) = select(f.v_finite, normalise(f.acc(d, i % tile, i / tile, h, b), l),
+                               normalise(f.acc_masked(d, i % tile, i / tile, h, b), l));
+  } else {
+    f.out(d, h, i, b) = normalise(f.acc(d, i % tile, i / tile, h, b), l);
+  }
   define_extra_outputs(f, spec, m_safe, l);
   return f;
 }

@@ -51,6 +51,11 @@ struct AttentionSpec {
   // multiples of key_multiple (scores past Skv are masked).
   bool bf16_pairs = false;
   int key_multiple = 1;
+  // The amx row's kernels (with bf16_pairs): q.k and p.v as AMX tile products, which take a
+  // product as it is, so P.V is defined twice: `acc` without a select (the kernel's branch for
+  // V whose elements are all finite) and `acc_masked` with pv_term's masking of V (the other
+  // branch). The keys, in whole chunks of key_chunk whatever the mask, are a multiple of it.
+  bool amx = false;
   // Half-precision P.V (key-block form only; 0: all in f32). The probs of a key block are rounded
   // to f16 and V read as f16 (f16 kernels: as stored); their products are summed in f16 over
   // this many keys at a time (fmla on .8h vectors with ARMv8.2-A FP16), and those partial sums
@@ -132,6 +137,7 @@ struct AttentionFuncs {
   Halide::Func probs;    // (j, i, h, b) exp(scores - max of the row, or of the key block), 0 masked
   Halide::Func row_sum;  // (qi, qt, h, b)
   Halide::Func acc;      // (d, qi, qt, h, b) sum_j probs * v
+  Halide::Func acc_masked;  // spec.amx: acc with V masked by the probs (pv_term)
   // Key blocks with an online softmax (spec.key_block > 0); probs is relative to block_max.
   Halide::RDom rk;         // keys of one block: j = kb * key_block + rk
   Halide::RDom rb;         // the key blocks a query tile visits, in order

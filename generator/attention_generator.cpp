@@ -171,16 +171,19 @@ class Attention : public Generator<Attention> {
       fs.lse = *lse;
     }
     attngen::schedule_attention(fs, spec, get_target(), get_auto_schedule(), tunables);
-    bf16_pairs_ = spec.bf16_pairs && !get_auto_schedule();
+    bf16_pairs_ = spec.bf16_pairs && !spec.amx && !get_auto_schedule();
+    amx_ = spec.amx && !get_auto_schedule();
   }
 
   void schedule() {
     if (bf16_pairs_) get_pipeline().add_custom_lowering_pass(attngen::bf16_pair_dots_pass());
+    if (amx_) get_pipeline().add_custom_lowering_pass(attngen::amx_full_depth_pass());
   }
 
  private:
   attngen::KernelVariant v_;
   bool bf16_pairs_ = false;
+  bool amx_ = false;
 };
 
 }  // namespace

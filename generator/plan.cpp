@@ -70,6 +70,8 @@ AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& targe
   spec.lse = v.lse;
   spec.generic = v.generic;
   spec.bf16 = v.dtype == DType::kBF16;
+  const TargetRow* row = find_target(v.isa.c_str());
+  spec.amx = row != nullptr && row->isa == Isa::kAmx;
   spec.key_block = v.key_block;
   for (const Tunable& t : v.tunables) {
     if (t.name == "key_block") spec.key_block = t.value;  // a tuned form

@@ -89,7 +89,8 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
 // for an extension row (schedules/targets.h) only where its instructions serve the variant, so
 // that it does not duplicate the base ISA's kernel. avx512bf16: the row form of bf16 attention
 // (specialised, no extra outputs, no pattern, even head dims), where the schedule takes bf16
-// products in pairs (schedules/cpu_bf16.cpp). neonfp16: every f16 kernel.
+// products in pairs (schedules/cpu_bf16.cpp); amx: the same with head dims in whole AMX tiles
+// (q.k's a multiple of 32, p.v's of 16). neonfp16: every f16 kernel.
 bool extension_applies(const KernelVariant& v, const TargetRow& t);
 
 // The ISA `host` means: the best row of the target table this machine runs (cross builds pass

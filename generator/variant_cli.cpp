@@ -121,6 +121,13 @@ int variant_cmake(const Options& o) {
   KernelVariant resolved = v;
   resolved.tunables = tunables;
   std::string param = canonical(v);
+  // Rows that share a Halide target (avx512bf16 and amx) are told apart by their name.
+  for (const TargetRow& other : kTargets) {
+    if (!host && &other != &t && !std::strcmp(other.halide_target, t.halide_target)) {
+      param += std::string(" ISA ") + t.name;
+      break;
+    }
+  }
   if (!tunables.empty()) param += " TUNABLES " + join(tunables, " ");
 
   cmake_set("ATTNGEN_V_SKIP", skip ? "1" : "0");

@@ -41,6 +41,23 @@ void vertical_row_reduction(Func g, const Var& row, const std::vector<RVar>& loo
   partial.update().reorder(order).vectorize(u);
 }
 
+// K and V of a head converted to f32 with dense loads, then packed in pairs back in bf16, once
+// before its query tiles run. (Packing straight from the bf16 input gathers 16-bit elements,
+// which LLVM's Sapphire Rapids CPU moves with AVX512-FP16 instructions (vmovw) that the
+// AVX512-BF16 CPUs without FP16, AMD's Zen 4 and 5, lack; 32-bit gathers have no such form.)
+void pack_kv_pairs(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                   const Var& head) {
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  f.k.compute_at(f.out, head).vectorize(f.d, lanes_dividing(spec.head_dim_qk, info));
+  f.v.compute_at(f.out, head).vectorize(f.d, dv_lanes);
+  const std::vector<Var> kp = f.k_pairs.args();  // (l, j, rr, h, b)
+  f.k_pairs.compute_at(f.out, head).vectorize(kp[0]).vectorize(kp[1], info.f32_lanes);
+  const std::vector<Var> vp = f.v_pairs.args();  // (l, d, jj, h, b)
+  f.v_pairs.compute_at(f.out, head)
+      .vectorize(vp[0])
+      .vectorize(vp[1], dv_lanes, tail_for(spec.head_dim_v, dv_lanes));
+}
+
 }  // namespace
 
 void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
@@ -55,18 +72,7 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
   Func out = f.out;
   const Var head = schedule_row_form_output(f, spec, info, t, task);
 
-  // K and V of a head converted to f32 with dense loads, then packed in pairs back in bf16, once
-  // before its query tiles run. (Packing straight from the bf16 input gathers 16-bit elements,
-  // which LLVM's Sapphire Rapids CPU moves with AVX512-FP16 instructions (vmovw) that the
-  // AVX512-BF16 CPUs without FP16, AMD's Zen 4 and 5, lack; 32-bit gathers have no such form.)
-  f.k.compute_at(out, head).vectorize(d, lanes_dividing(spec.head_dim_qk, info));
-  f.v.compute_at(out, head).vectorize(d, dv_lanes);
-  {
-    const std::vector<Var> kp = f.k_pairs.args();  // (l, j, rr, h, b)
-    f.k_pairs.compute_at(out, head).vectorize(kp[0]).vectorize(kp[1], lanes);
-    const std::vector<Var> vp = f.v_pairs.args();  // (l, d, jj, h, b)
-    f.v_pairs.compute_at(out, head).vectorize(vp[0]).vectorize(vp[1], dv_lanes, dv_tail);
-  }
+  pack_kv_pairs(f, spec, info, head);
 
   const auto per_tile_rows = [&](Func g) -> Func {
     g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
@@ -182,5 +188,189 @@ class Bf16PairDots : public IRMutator {
 }  // namespace
 
 IRMutator* bf16_pair_dots_pass() { return new Bf16PairDots; }
+
+// The amx row (AttentionSpec::amx): the bf16 pair products of the schedule above as AMX tile
+// products, which Halide 14 makes of an update stored in MemoryType::AMXTile whose vectorised
+// body is a 16 x 16 tile of sums of bf16 pair products (ExtractTileOperations), each step of
+// the reduction one pair deep; amx_full_depth_pass() then merges 16 steps into one tdpbf16ps.
+//   q.k : the raw dots of the query tile (f32, all keys; `dots`, a copy of the tile out of AMX,
+//         tilestored) in 16 x 16 tiles, each a tile product over the head dim: q's rows (bf16,
+//         copied contiguous) by K's pairs (k_pairs, (pair, key, d / 2): AMX's layout of the
+//         right-hand matrix). The scores are inline in what reads them.
+//   p.v : 16 rows x 16 head dims of acc a tile, over all keys: P (bf16, keys innermost) by V's
+//         pairs (v_pairs, (pair, d, key / 2)), the keys in chunks of key_chunk.
+// The row statistics and P in between as in schedule_attention_bf16_pairs. A call whose V holds
+// a non-finite element takes the output's other branch (v_finite), acc_masked in AVX-512.
+void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                            const AttentionTunables& t) {
+  const int lanes = info.f32_lanes;
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
+  const Var &d = f.d, &i = f.i, &j = f.j;
+  Var task("task"), jo("jo"), io("io"), jt("jt"), it("it"), vo("vo"), vi("vi");
+  Func out = f.out;
+  const Var head = schedule_row_form_output(f, spec, info, t, task);
+  pack_kv_pairs(f, spec, info, head);
+
+  const auto per_tile_rows = [&](Func g) -> Func {
+    g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
+    return g;
+  };
+  const auto per_query_tile = [&](Func g) -> Func {
+    g.compute_at(out, task).bound_extent(i, t.query_tile);
+    return g;
+  };
+  // A 16 x 16 tile of `g` in AMX, computed per tile of its copy `copy` (x, y the tile's dims,
+  // x innermost), its update's reduction one pair a step: the pair innermost, then the tile,
+  // then the reduction's other loops (`steps`, innermost first).
+  const auto amx_tile = [&](Func g, Func copy, const Var& x, const Var& y, Stage update,
+                            const RVar& pair, const std::vector<RVar>& steps) {
+    Var xo("xo"), yo("yo"), xt("xt"), yt("yt");
+    // (Whole tiles: a tile shifted inwards at the end gave the store a form Halide 14 does not
+    // take as a tile's.)
+    copy.tile(x, y, xo, yo, xt, yt, kAmxColumns, kAmxRows, TailStrategy::RoundUp)
+        .reorder(xt, yt, yo, xo)
+        .vectorize(xt)
+        .vectorize(yt);
+    g.compute_at(copy, yo)
+        .store_in(MemoryType::AMXTile)
+        .tile(x, y, xo, yo, xt, yt, kAmxColumns, kAmxRows)
+        .vectorize(xt)
+        .vectorize(yt);
+    std::vector<VarOrRVar> order{pair, xt, yt};
+    order.insert(order.end(), steps.begin(), steps.end());
+    update.tile(x, y, xo, yo, xt, yt, kAmxColumns, kAmxRows)
+        .reorder(order)
+        .atomic()
+        .vectorize(pair)
+        .vectorize(xt)
+        .vectorize(yt);
+  };
+
+  // The tile's q rows (bf16, as stored) contiguous: the left-hand matrix of q.k.
+  per_query_tile(f.q).vectorize(d, 2 * lanes, TailStrategy::GuardWithIf);
+
+  // q.k.
+  Func dots = per_query_tile(f.dot.in());
+  RVar rdo("rdo"), rdi("rdi");
+  Stage dot_update = f.dot.update().split(f.rd, rdo, rdi, 2);
+  amx_tile(f.dot, dots, j, i, dot_update, rdi, {rdo});
+
+  // Row statistics: vertical over vectors of keys, then across the 16 lanes once per row; P in
+  // bf16 straight from the scores (the f32 probs inline).
+  for (Func g : {f.row_max, f.row_sum}) {
+    per_tile_rows(g);
+    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, out, task);
+  }
+  per_query_tile(f.probs_bf16).vectorize(j, lanes);
+
+  // p.v.
+  Func accs = per_tile_rows(f.acc.in());
+  amx_tile(f.acc, accs, d, f.qi, f.acc.update(), f.pv_loops[0], {f.pv_loops[1], f.pv_loops[2]});
+
+  // V with a non-finite element: P.V with V masked by the probs, in AVX-512.
+  Func masked = per_tile_rows(f.acc_masked);
+  masked.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  masked.update()
+      .split(d, vo, vi, dv_lanes, dv_tail)
+      .reorder(vi, vo, f.qi)
+      .vectorize(vi)
+      .unroll(vo);
+
+  // Causal: each alignment a branch of its own (with the bottom-right one's select on the
+  // alignment left in, the tile's store to `dots` took a form Halide 14 does not take as a
+  // tile's), each with a branch per v_finite.
+  if (spec.mask == MaskKind::kCausal) {
+    for (const Expr& alignment : {f.top_left, simplify(!f.top_left)}) {
+      out.specialize(alignment).specialize(f.v_finite);
+    }
+    out.specialize_fail("attngen: unreachable (the alignment is top-left or bottom-right)");
+  } else {
+    out.specialize(f.v_finite);
+  }
+}
+
+namespace {
+
+// for (k, 0, 16 n) { lets; t = tile_matmul(M, N, 2, t, tile_load(M, 4, a, a0 + 4 k, sa),
+//                                     tile_load(1, N, b, b0 + sb k, _)) }
+// -> for (k, 0, n) { t = tile_matmul(M, N, 64, t, tile_load(M, 64, a, a0 + 64 k, sa),
+//                                     tile_load(16, N, b, b0 + 16 sb k, sb)) }
+// Any tile product left one pair deep is an error: the schedule meant every one to merge.
+class AmxFullDepth : public IRMutator {
+ public:
+  using IRMutator::visit;
+
+ private:
+  static bool is_tile_call(const Expr& e, const char* name) {
+    const Call* c = e.as<Call>();
+    return c != nullptr && c->name == name && c->call_type == Call::Intrinsic;
+  }
+
+  Stmt visit(const For* op) override {
+    // The body's lets, inlined into the product.
+    std::vector<std::pair<std::string, Expr>> lets;
+    Stmt body = op->body;
+    while (const LetStmt* let = body.as<LetStmt>()) {
+      lets.emplace_back(let->name, let->value);
+      body = let->body;
+    }
+    const Store* st = body.as<Store>();
+    Expr value = st != nullptr ? st->value : Expr();
+    for (auto let = lets.rbegin(); value.defined() && let != lets.rend(); ++let) {
+      value = substitute(let->first, let->second, value);
+    }
+    const Call* mm = value.defined() ? value.as<Call>() : nullptr;
+    const int64_t* extent = as_const_int(op->extent);
+    if (mm == nullptr || !is_tile_call(mm, "tile_matmul") || !is_const(mm->args[2], 2) ||
+        !is_tile_call(mm->args[4], "tile_load") || !is_tile_call(mm->args[5], "tile_load") ||
+        extent == nullptr || *extent % kAmxRows != 0) {
+      return IRMutator::visit(op);
+    }
+    const Call* lhs = mm->args[4].as<Call>();
+    const Call* rhs = mm->args[5].as<Call>();
+    const int bytes_per_step = 4;  // one pair of bf16
+    // The loop's step in each load's byte offset.
+    const Expr k = Variable::make(Int(32), op->name);
+    const auto step = [&](const Expr& offset) {
+      return simplify(substitute(op->name, k + 1, offset) - offset);
+    };
+    if (!is_const(lhs->args[1], bytes_per_step) || !is_const(rhs->args[0], 1) ||
+        !is_const(step(lhs->args[3]), bytes_per_step)) {
+      return IRMutator::visit(op);
+    }
+    const Expr rhs_stride = step(rhs->args[3]);
+    const std::string name = op->name + ".amx";
+    const Expr first = Variable::make(Int(32), name) * kAmxRows;
+    const int depth_bytes = kAmxRows * bytes_per_step;
+    Expr a = Call::make(lhs->type, "tile_load",
+                        {lhs->args[0], depth_bytes, lhs->args[2],
+                         substitute(op->name, first, lhs->args[3]), lhs->args[4]},
+                        Call::Intrinsic);
+    Expr b = Call::make(rhs->type, "tile_load",
+                        {kAmxRows, rhs->args[1], rhs->args[2],
+                         substitute(op->name, first, rhs->args[3]), rhs_stride},
+                        Call::Intrinsic);
+    Expr product =
+        Call::make(mm->type, "tile_matmul",
+                   {mm->args[0], mm->args[1], depth_bytes, mm->args[3], a, b}, Call::Intrinsic);
+    return For::make(
+        name, 0, static_cast<int>(*extent / kAmxRows), op->for_type, op->device_api,
+        Store::make(st->name, product, st->index, st->param, st->predicate, st->alignment));
+  }
+
+  Expr visit(const Call* op) override {
+    if (op->name == "tile_matmul" && op->call_type == Call::Intrinsic && is_const(op->args[2], 2)) {
+      throw CompileError(
+          "attngen: an AMX tile product was left one bf16 pair deep (the amx "
+          "schedule's reduction loop is not a multiple of 16 pairs)");
+    }
+    return IRMutator::visit(op);
+  }
+};
+
+}  // namespace
+
+IRMutator* amx_full_depth_pass() { return new AmxFullDepth; }
 
 }  // namespace attngen

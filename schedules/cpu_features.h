@@ -7,6 +7,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if (defined(__aarch64__) || defined(__arm__)) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
@@ -43,6 +47,24 @@ inline bool cpu_feature(std::string_view f) {
   if (f == "avx512vbmi") return __builtin_cpu_supports("avx512vbmi");
   if (f == "avx512vnni") return __builtin_cpu_supports("avx512vnni");
   if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
+  if (f == "amx") {
+    // AMX-TILE, AMX-BF16 and AVX512-FP16 (CPUID.(7,0):EDX bits 24, 22 and 23), and Linux's grant
+    // of the tile data state to this process (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA, asm/prctl.h), which a tile instruction needs before it runs: it fails
+    // where the kernel or the hypervisor does not enable the state. Asked once per process.
+    static const bool amx = [] {
+      unsigned a, b, c, d;
+      if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+      const unsigned want = (1u << 22) | (1u << 23) | (1u << 24);
+      if ((d & want) != want) return false;
+#if defined(__linux__)
+      return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+      return false;
+#endif
+    }();
+    return amx;
+  }
   return false;
 #elif defined(__aarch64__)
   // ARMv8.2-A half-precision arithmetic: HWCAP_ASIMDHP (Linux's asm/hwcap.h).

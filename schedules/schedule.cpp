@@ -119,6 +119,15 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   spec.bf16_pairs = info.isa == Isa::kAvx512Bf16 && spec.bf16 && spec.key_block == 0 &&
                     !spec.generic && spec.head_dim_qk % 2 == 0 && t.pv_chunk % 2 == 0;
   if (spec.bf16_pairs) spec.key_multiple = info.f32_lanes;
+  // AMX (the amx row, same target): keys in chunks of whole 32-key tile products.
+  spec.amx = spec.amx && spec.bf16_pairs && spec.head_dim_qk % kAmxPairs == 0 &&
+             spec.head_dim_v % kAmxColumns == 0 && t.query_tile % kAmxRows == 0;
+  if (spec.amx) {
+    AttentionTunables ta = t;
+    ta.pv_chunk = (t.pv_chunk + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+    spec.key_multiple = ta.pv_chunk;
+    return fix_units(spec, ta);
+  }
   return fix_units(spec, t);
 }
 
@@ -181,7 +190,7 @@ void specialise_pv(AttentionFuncs f, const AttentionSpec& spec) {
     f.block_pv_half.update().specialize(f.v_finite);
   } else if (spec.key_block > 0) {
     f.block_pv.update().specialize(f.v_finite);
-  } else {
+  } else if (!spec.amx) {  // (amx: two products, and the output specialised on v_finite)
     f.acc.update().specialize(f.v_finite);
   }
 }
@@ -206,7 +215,9 @@ void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const T
     case Isa::kNeonFp16:
     case Isa::kNeon32:
     case Isa::kSse41:
-      if (spec.bf16_pairs) {
+      if (spec.amx) {
+        schedule_attention_amx(f, spec, info, resolve(tunables, spec, info));
+      } else if (spec.bf16_pairs) {
         schedule_attention_bf16_pairs(f, spec, info, resolve(tunables, spec, info));
       } else if (spec.key_block > 0) {
         schedule_attention_simd_blocked(f, spec, info, resolve(tunables, spec, info));

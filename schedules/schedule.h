@@ -59,6 +59,20 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
 // f32(bf16), 32 lanes into 16) into calls of its runtime's dpbf16ps wrapper. Add it to the
 // pipeline of a kernel whose spec has bf16_pairs; returns the pass (owned by the pipeline).
 Halide::Internal::IRMutator* bf16_pair_dots_pass();
+// AMX tiles (Intel's palette 1): rows of a tile, f32 columns of an f32 tile, and bf16 elements
+// a row of a bf16 tile holds (its 64 bytes), the depth of one tdpbf16ps.
+inline constexpr int kAmxRows = 16;
+inline constexpr int kAmxColumns = 16;
+inline constexpr int kAmxPairs = 32;
+// The row form with bf16 pair products as AMX tile products (AttentionSpec::amx): q.k and p.v
+// in 16 x 16 f32 tiles, the softmax between them as in schedule_attention_bf16_pairs.
+void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
+                            const AttentionTunables& t);
+// Halide 14 recognises a tile product 2 bf16 deep only (one pair a step of the reduction): this
+// lowering pass merges a loop of 16k such steps into k steps 32 deep (tdpbf16ps at full depth).
+// Add it to the pipeline of a kernel whose spec has amx; returns the pass (owned by the
+// pipeline).
+Halide::Internal::IRMutator* amx_full_depth_pass();
 void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec,
                                      const TargetInfo& info, const AttentionTunables& t);
 // The half-precision P.V of a key-block schedule (AttentionSpec::half_pv_chunk > 0): f.block_pv

@@ -9,7 +9,18 @@
 
 namespace attngen {
 
-enum class Isa { kGeneric, kSse41, kAvx2, kAvx512, kAvx512Bf16, kNeon, kNeonFp16, kNeon32, kCuda };
+enum class Isa {
+  kGeneric,
+  kSse41,
+  kAvx2,
+  kAvx512,
+  kAvx512Bf16,
+  kAmx,
+  kNeon,
+  kNeonFp16,
+  kNeon32,
+  kCuda
+};
 
 struct TargetRow {
   Isa isa;
@@ -85,6 +96,19 @@ inline constexpr TargetRow kTargets[] = {
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
      // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them.
      "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]"},
+    // bf16 attention whose q.k and p.v are AMX tile products (tdpbf16ps: a 16 x 16 tile of f32
+    // sums of 32-long bf16 dot products, 15x the FMAs' multiply-adds on Sapphire Rapids), the
+    // softmax between them in AVX-512. The same Halide target as avx512bf16 (the generator tells
+    // the two apart by the row: AttentionSpec::amx); "amx" is AMX-TILE, AMX-BF16 and
+    // AVX512-FP16 (every AMX CPU has it, and LLVM's sapphirerapids CPU may use it), with the
+    // tile state enabled by the OS and granted to the process (cpu_features.h).
+    {Isa::kAmx, "amx", "x86_64",
+     ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-"
+                    "avx512_sapphirerapids",
+     ATTNGEN_X86_64, 64, 32, 24,
+     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi "
+     "avx512vnni avx512bf16 amx",
+     7, "tdpbf16ps[^\n]*tmm", "avx512", "bf16"},
     // Host code for any x86-64; PTX for sm_80, which the driver JIT-compiles for newer GPUs.
     {Isa::kCuda, "cuda", "x86_64", ATTNGEN_X86_64 "-cuda-cuda_capability_80",
      ATTNGEN_X86_64 "-cuda", 4, 255, 64, "cuda", -1, ""},

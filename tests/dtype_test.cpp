@@ -158,9 +158,11 @@ const attngen_kernel_info* ran() {
   return k;
 }
 
-// A bf16 call runs a bf16 kernel: the avx512bf16 one (vdpbf16ps) where it is built, this CPU
-// runs it and its dot products pay here (rt::extension_pays), else the avx512 one; the
-// avx512bf16 one also when avx512bf16 is forced; with "avx512" forced, the avx512 bf16 kernel.
+// A bf16 call runs a bf16 kernel: the amx one (AMX tiles) where it is built and this CPU runs
+// it, else the avx512bf16 one (vdpbf16ps) where it is built, this CPU runs it and its dot
+// products pay here (rt::extension_pays), else the avx512 one; each extension's kernel also when
+// it is forced (and its base's kernels for other calls); with "avx512" forced, the avx512 bf16
+// kernel.
 TEST(DtypeDispatch, Bf16CallRunsBf16Kernel) {
   RestoreIsa restore;
   if (first_kernel(ATTNGEN_OP_ATTENTION, ATTNGEN_BF16, nullptr) == nullptr) {
@@ -186,6 +188,19 @@ TEST(DtypeDispatch, Bf16CallRunsBf16Kernel) {
     attngen_set_isa(nullptr);
   }
 
+  const attngen_kernel_info* amx = first_kernel(ATTNGEN_OP_ATTENTION, ATTNGEN_BF16, "amx");
+  const bool amx_runs = amx != nullptr && attngen_kernel_supported(amx);
+  if (amx_runs) {
+    t.Test();
+    EXPECT_STREQ(ran()->isa, "amx") << ran()->name;
+    ASSERT_EQ(attngen_set_isa("amx"), ATTNGEN_OK) << attngen_last_error();
+    t.Test();
+    EXPECT_STREQ(ran()->isa, "amx");
+    AttentionTester().batch(1).heads(2, 2).seq(9, 17).head_dim(64).Test();
+    EXPECT_STREQ(ran()->isa, "avx512");
+    attngen_set_isa(nullptr);
+  }
+
   const attngen_kernel_info* ext = first_kernel(ATTNGEN_OP_ATTENTION, ATTNGEN_BF16, "avx512bf16");
   if (ext == nullptr) GTEST_SKIP() << "no avx512bf16 kernel is built (ATTNGEN_KERNEL_ISAS)";
   if (!attngen_kernel_supported(ext)) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
@@ -193,7 +208,9 @@ TEST(DtypeDispatch, Bf16CallRunsBf16Kernel) {
   k = ran();
   ASSERT_NE(k, nullptr);
   const bool pays = rt::extension_pays("avx512bf16");
-  EXPECT_STREQ(k->isa, pays ? "avx512bf16" : "avx512")
+  EXPECT_STREQ(k->isa, amx_runs ? "amx"
+                       : pays   ? "avx512bf16"
+                                : "avx512")
       << k->name << ": the preferred ISA for bf16, the dot products doing " << rt::bf16_dot_rate()
       << "x the FMAs' multiply-adds a second here";
   ASSERT_EQ(attngen_set_isa("avx512bf16"), ATTNGEN_OK) << attngen_last_error();
