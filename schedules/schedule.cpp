@@ -210,6 +210,7 @@ void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const T
       return;
     case Isa::kAvx512:
     case Isa::kAvx512Bf16:
+    case Isa::kAmx:
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
@@ -256,6 +257,7 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
       return;
     case Isa::kAvx512:
     case Isa::kAvx512Bf16:
+    case Isa::kAmx:
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
@@ -320,6 +322,7 @@ void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo
       return;
     case Isa::kAvx512:
     case Isa::kAvx512Bf16:
+    case Isa::kAmx:
     case Isa::kAvx2:
     case Isa::kNeon:
     case Isa::kNeonFp16:
