@@ -1,4 +1,5 @@
-// AVX512-BF16 schedule of the row form: bf16 products in pairs (AttentionSpec::bf16_pairs).
+// AVX512-BF16 schedule of the row form: bf16 products in pairs (AttentionSpec::bf16_pairs), and
+// its AMX form (AttentionSpec::amx, schedule_attention_amx below).
 //
 // vdpbf16ps adds to each of 16 f32 lanes the products of one pair of bf16 values, so both
 // products are vectorised along the keys or the head dim with the pair innermost:
