@@ -59,6 +59,39 @@ void pack_kv_pairs(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo
       .vectorize(vp[1], dv_lanes, tail_for(spec.head_dim_v, dv_lanes));
 }
 
+// Where the row form's per-tile Funcs go: those of the tile's rows (qi of tile qt) and those of
+// its query rows (i), both at the output's task loop.
+struct TileFuncs {
+  Func out;
+  Var task;
+  const AttentionFuncs& f;
+  int query_tile;
+  Func rows(Func g) const {
+    g.compute_at(out, task).bound(f.qi, 0, query_tile).bound_extent(f.qt, 1);
+    return g;
+  }
+  Func queries(Func g) const {
+    g.compute_at(out, task).bound_extent(f.i, query_tile);
+    return g;
+  }
+};
+
+// What both forms share besides K and V: the tile's q rows (bf16, as stored) copied contiguous
+// (the left-hand operand of q.k at fixed offsets from one base, where their run-time strides in
+// the input took address arithmetic in the inner loop); the row statistics vertical over vectors
+// of keys, then across the 16 lanes once per row; P in bf16 straight from the scores (the f32
+// probs inline), one pass.
+void schedule_pairs_softmax(const AttentionFuncs& f, const TargetInfo& info,
+                            const TileFuncs& tile) {
+  const int lanes = info.f32_lanes;
+  tile.queries(f.q).vectorize(f.d, 2 * lanes, TailStrategy::GuardWithIf);
+  for (Func g : {f.row_max, f.row_sum}) {
+    tile.rows(g);
+    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, tile.out, tile.task);
+  }
+  tile.queries(f.probs_bf16).vectorize(f.j, lanes);
+}
+
 }  // namespace
 
 void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
@@ -66,7 +99,7 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
   const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
-  const Var &d = f.d, &i = f.i, &j = f.j, &h = f.h, &b = f.b;
+  const Var &d = f.d, &i = f.i, &j = f.j;
   Var io("io"), ii("ii"), task("task"), vo("vo"), vi("vi"), jo("jo"), jv("jv"), jl("jl");
   Var ro("ro"), ri("ri");
 
@@ -74,24 +107,12 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
   const Var head = schedule_row_form_output(f, spec, info, t, task);
 
   pack_kv_pairs(f, spec, info, head);
-
-  const auto per_tile_rows = [&](Func g) -> Func {
-    g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
-    return g;
-  };
-  const auto per_query_tile = [&](Func g) -> Func {
-    g.compute_at(out, task).bound_extent(i, t.query_tile);
-    return g;
-  };
-
-  // The tile's q rows (bf16, as stored) copied contiguous: the register tile's rows are then at
-  // fixed offsets from one base, where their run-time strides in the input took address
-  // arithmetic in the inner loop.
-  per_query_tile(f.q).vectorize(d, 2 * lanes, TailStrategy::GuardWithIf);
+  const TileFuncs tile{out, task, f, t.query_tile};
+  schedule_pairs_softmax(f, info, tile);
 
   // q.k: key_tile vectors of 16 keys x kScoreRows rows of accumulators over Dqk / 2 pair steps.
   const int key_vectors = std::max(1, t.key_tile);
-  Func scores = per_query_tile(f.scores);
+  Func scores = tile.queries(f.scores);
   scores.split(j, jo, jv, key_vectors * lanes)
       .split(jv, jv, jl, lanes)
       .split(i, ro, ri, kScoreRows)
@@ -113,16 +134,8 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
       .unroll(jv)
       .unroll(i);
 
-  // Row statistics: vertical over vectors of keys, then across the 16 lanes once per row.
-  for (Func g : {f.row_max, f.row_sum}) {
-    per_tile_rows(g);
-    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, out, task);
-  }
-  // P in bf16 straight from the scores (the f32 probs inline): one pass.
-  per_query_tile(f.probs_bf16).vectorize(j, lanes);
-
   // p.v: pv_rows rows x Dv / 16 accumulators over the pairs of a chunk of keys.
-  Func acc = per_tile_rows(f.acc);
+  Func acc = tile.rows(f.acc);
   acc.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   Stage pv = acc.update();
   RVar rp("rp"), rl("rl"), rjo("rjo"), rji("rji");
@@ -204,23 +217,15 @@ IRMutator* bf16_pair_dots_pass() { return new Bf16PairDots; }
 // a non-finite element takes the output's other branch (v_finite), acc_masked in AVX-512.
 void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                             const AttentionTunables& t) {
-  const int lanes = info.f32_lanes;
   const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &j = f.j;
-  Var task("task"), jo("jo"), io("io"), jt("jt"), it("it"), vo("vo"), vi("vi");
+  Var task("task"), vo("vo"), vi("vi");
   Func out = f.out;
   const Var head = schedule_row_form_output(f, spec, info, t, task);
   pack_kv_pairs(f, spec, info, head);
-
-  const auto per_tile_rows = [&](Func g) -> Func {
-    g.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
-    return g;
-  };
-  const auto per_query_tile = [&](Func g) -> Func {
-    g.compute_at(out, task).bound_extent(i, t.query_tile);
-    return g;
-  };
+  const TileFuncs tile{out, task, f, t.query_tile};
+  schedule_pairs_softmax(f, info, tile);
   // A 16 x 16 tile of `g` in AMX, computed per tile of its copy `copy` (x, y the tile's dims,
   // x innermost), its update's reduction one pair a step: the pair innermost, then the tile,
   // then the reduction's other loops (`steps`, innermost first).
@@ -249,29 +254,18 @@ void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const T
         .vectorize(yt);
   };
 
-  // The tile's q rows (bf16, as stored) contiguous: the left-hand matrix of q.k.
-  per_query_tile(f.q).vectorize(d, 2 * lanes, TailStrategy::GuardWithIf);
-
   // q.k.
-  Func dots = per_query_tile(f.dot.in());
+  Func dots = tile.queries(f.dot.in());
   RVar rdo("rdo"), rdi("rdi");
   Stage dot_update = f.dot.update().split(f.rd, rdo, rdi, 2);
   amx_tile(f.dot, dots, j, i, dot_update, rdi, {rdo});
 
-  // Row statistics: vertical over vectors of keys, then across the 16 lanes once per row; P in
-  // bf16 straight from the scores (the f32 probs inline).
-  for (Func g : {f.row_max, f.row_sum}) {
-    per_tile_rows(g);
-    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, out, task);
-  }
-  per_query_tile(f.probs_bf16).vectorize(j, lanes);
-
   // p.v.
-  Func accs = per_tile_rows(f.acc.in());
+  Func accs = tile.rows(f.acc.in());
   amx_tile(f.acc, accs, d, f.qi, f.acc.update(), f.pv_loops[0], {f.pv_loops[1], f.pv_loops[2]});
 
   // V with a non-finite element: P.V with V masked by the probs, in AVX-512.
-  Func masked = per_tile_rows(f.acc_masked);
+  Func masked = tile.rows(f.acc_masked);
   masked.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   masked.update()
       .split(d, vo, vi, dv_lanes, dv_tail)

@@ -57,6 +57,14 @@ struct TargetRow {
 };
 
 #define ATTNGEN_X86_64 "x86-64-linux"
+// Halide's Sapphire Rapids target (LLVM's sapphirerapids CPU) and the CPU features it implies.
+#define ATTNGEN_X86_64_SPR                                                \
+  ATTNGEN_X86_64                                                          \
+      "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-" \
+      "avx512_sapphirerapids"
+#define ATTNGEN_SPR_FEATURES                                                         \
+  "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi " \
+  "avx512vnni avx512bf16"
 inline constexpr TargetRow kTargets[] = {
     {Isa::kGeneric, "generic", "host", "host", "host", 16, 16, 12, "", 0, ""},
     {Isa::kSse41, "sse41", "x86_64", ATTNGEN_X86_64 "-sse41", ATTNGEN_X86_64, 16, 16, 12, "sse4.1",
@@ -86,13 +94,8 @@ inline constexpr TargetRow kTargets[] = {
     // bf16 kernels whose products are AVX512-BF16 dot products (vdpbf16ps: pairs of bf16
     // products summed into f32). Halide names the feature after Sapphire Rapids, whose LLVM CPU
     // it targets: the CPU check also asks for the Cannon Lake features that target implies.
-    {Isa::kAvx512Bf16, "avx512bf16", "x86_64",
-     ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-"
-                    "avx512_sapphirerapids",
-     ATTNGEN_X86_64, 64, 32, 24,
-     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi "
-     "avx512vnni avx512bf16",
-     5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
+    {Isa::kAvx512Bf16, "avx512bf16", "x86_64", ATTNGEN_X86_64_SPR, ATTNGEN_X86_64, 64, 32, 24,
+     ATTNGEN_SPR_FEATURES, 5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
      // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them.
      "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]"},
@@ -102,17 +105,14 @@ inline constexpr TargetRow kTargets[] = {
     // the two apart by the row: AttentionSpec::amx); "amx" is AMX-TILE, AMX-BF16 and
     // AVX512-FP16 (every AMX CPU has it, and LLVM's sapphirerapids CPU may use it), with the
     // tile state enabled by the OS and granted to the process (cpu_features.h).
-    {Isa::kAmx, "amx", "x86_64",
-     ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-"
-                    "avx512_sapphirerapids",
-     ATTNGEN_X86_64, 64, 32, 24,
-     "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi "
-     "avx512vnni avx512bf16 amx",
-     7, "tdpbf16ps[^\n]*tmm", "avx512", "bf16"},
+    {Isa::kAmx, "amx", "x86_64", ATTNGEN_X86_64_SPR, ATTNGEN_X86_64, 64, 32, 24,
+     ATTNGEN_SPR_FEATURES " amx", 7, "tdpbf16ps[^\n]*tmm", "avx512", "bf16"},
     // Host code for any x86-64; PTX for sm_80, which the driver JIT-compiles for newer GPUs.
     {Isa::kCuda, "cuda", "x86_64", ATTNGEN_X86_64 "-cuda-cuda_capability_80",
      ATTNGEN_X86_64 "-cuda", 4, 255, 64, "cuda", -1, ""},
 };
+#undef ATTNGEN_SPR_FEATURES
+#undef ATTNGEN_X86_64_SPR
 #undef ATTNGEN_X86_64
 
 inline const TargetRow* find_target(const char* name) {
