@@ -58,10 +58,10 @@ struct TargetRow {
 
 #define ATTNGEN_X86_64 "x86-64-linux"
 // Halide's Sapphire Rapids target (LLVM's sapphirerapids CPU) and the CPU features it implies.
-#define ATTNGEN_X86_64_SPR                                                \
-  ATTNGEN_X86_64                                                          \
-      "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-" \
-      "avx512_sapphirerapids"
+#define ATTNGEN_X86_64_SPR                                            \
+  ATTNGEN_X86_64                                                      \
+  "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake-avx512_cannonlake-" \
+  "avx512_sapphirerapids"
 #define ATTNGEN_SPR_FEATURES                                                         \
   "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c avx512ifma avx512vbmi " \
   "avx512vnni avx512bf16"
