@@ -2,7 +2,6 @@
 
 #include <cblas.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +16,9 @@
 #include <memory>
 #include <thread>
 
+#include "schedules/cpu_features.h"
+
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -187,13 +187,6 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_loop(int64_t iters,
   return _mm512_reduce_add_ps(acc[0]);
 }
 
-// Linux's arch_prctl request for the AMX tile data state (asm/prctl.h, XFEATURE_XTILEDATA).
-bool amx_permitted() {
-  static const bool permitted =
-      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-  return permitted;
-}
-
 struct AmxConfig {  // the 64-byte tile configuration of palette 1
   uint8_t palette, start_row, reserved[14];
   uint16_t bytes_per_row[16];
@@ -328,12 +321,8 @@ std::vector<std::string> bf16_units() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) {
     out.push_back("avx512bf16");
   }
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)) && (d & (1u << 24)) &&
-      amx_permitted()) {
-    out.push_back("amx");
-  }
+  // The amx row's check: AMX-TILE and AMX-BF16 (and FP16), and Linux's grant of the tile state.
+  if (attngen::cpu_feature("amx")) out.push_back("amx");
 #endif
   return out;
 }

@@ -621,8 +621,10 @@ bool extension_applies(const KernelVariant& v, const TargetRow& t) {
   if (t.isa != Isa::kAvx512Bf16 && t.isa != Isa::kAmx) return true;
   const bool row_form = v.op == Op::kAttention && !v.generic && !v.weights && !v.lse &&
                         v.key_block == 0 && v.pattern.kind == Pattern::kNone;
-  // AMX: tiles of 32 bf16 along q.k's head dim, 16 columns of f32 along p.v's.
-  if (t.isa == Isa::kAmx) return row_form && v.head_dim_qk % 32 == 0 && v.head_dim_v % 16 == 0;
+  // AMX: whole tiles along q.k's head dim (bf16) and p.v's (f32 columns).
+  if (t.isa == Isa::kAmx) {
+    return row_form && v.head_dim_qk % kAmxPairs == 0 && v.head_dim_v % kAmxColumns == 0;
+  }
   return row_form && v.head_dim_qk % 2 == 0;
 }
 

@@ -288,16 +288,24 @@ void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const T
 
 namespace {
 
-// for (k, 0, 16 n) { lets; t = tile_matmul(M, N, 2, t, tile_load(M, 4, a, a0 + 4 k, sa),
-//                                     tile_load(1, N, b, b0 + sb k, _)) }
-// -> for (k, 0, n) { t = tile_matmul(M, N, 64, t, tile_load(M, 64, a, a0 + 64 k, sa),
-//                                     tile_load(16, N, b, b0 + 16 sb k, sb)) }
-// Any tile product left one pair deep is an error: the schedule meant every one to merge.
 bool is_intrinsic(const Expr& e, const char* name) {
   const Call* c = e.as<Call>();
   return c != nullptr && c->name == name && c->call_type == Call::Intrinsic;
 }
 
+// e with the lets (in the order they enclose it) substituted.
+Expr inline_lets(Expr e, const std::vector<std::pair<std::string, Expr>>& lets) {
+  for (auto let = lets.rbegin(); let != lets.rend(); ++let) {
+    e = substitute(let->first, let->second, e);
+  }
+  return e;
+}
+
+// for (k, 0, 16 n) { lets; t = tile_matmul(M, N, 2, t, tile_load(M, 4, a, a0 + 4 k, sa),
+//                                     tile_load(1, N, b, b0 + sb k, _)) }
+// -> for (k, 0, n) { t = tile_matmul(M, N, 64, t, tile_load(M, 64, a, a0 + 64 k, sa),
+//                                     tile_load(16, N, b, b0 + 16 sb k, sb)) }
+// Any tile product left one pair deep is an error: the schedule meant every one to merge.
 class AmxFullDepth : public IRMutator {
  public:
   using IRMutator::visit;
@@ -312,10 +320,7 @@ class AmxFullDepth : public IRMutator {
       body = let->body;
     }
     const Store* st = body.as<Store>();
-    Expr value = st != nullptr ? st->value : Expr();
-    for (auto let = lets.rbegin(); value.defined() && let != lets.rend(); ++let) {
-      value = substitute(let->first, let->second, value);
-    }
+    const Expr value = st != nullptr ? inline_lets(st->value, lets) : Expr();
     const Call* mm = value.defined() ? value.as<Call>() : nullptr;
     const int64_t* extent = as_const_int(op->extent);
     if (mm == nullptr || !is_intrinsic(mm, "tile_matmul") || !is_const(mm->args[2], 2) ||
@@ -374,12 +379,6 @@ struct TileChain {
   Stmt zero, product, out;
   std::vector<Stmt> loops;
 };
-
-Expr inline_lets(Expr e, const std::vector<std::pair<std::string, Expr>>& lets) {
-  for (auto let = lets.rbegin(); let != lets.rend(); ++let)
-    e = substitute(let->first, let->second, e);
-  return e;
-}
 
 // The loop nest under `s` down to one store of a tile product.
 bool parse_nest(Stmt s, TileChain* c) {

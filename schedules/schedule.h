@@ -59,11 +59,6 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
 // f32(bf16), 32 lanes into 16) into calls of its runtime's dpbf16ps wrapper. Add it to the
 // pipeline of a kernel whose spec has bf16_pairs; returns the pass (owned by the pipeline).
 Halide::Internal::IRMutator* bf16_pair_dots_pass();
-// AMX tiles (Intel's palette 1): rows of a tile, f32 columns of an f32 tile, and bf16 elements
-// a row of a bf16 tile holds (its 64 bytes), the depth of one tdpbf16ps.
-inline constexpr int kAmxRows = 16;
-inline constexpr int kAmxColumns = 16;
-inline constexpr int kAmxPairs = 32;
 // The row form with bf16 pair products as AMX tile products (AttentionSpec::amx): q.k and p.v
 // in 16 x 16 f32 tiles, the softmax between them as in schedule_attention_bf16_pairs.
 void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,

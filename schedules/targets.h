@@ -115,6 +115,12 @@ inline constexpr TargetRow kTargets[] = {
 #undef ATTNGEN_X86_64_SPR
 #undef ATTNGEN_X86_64
 
+// AMX tiles (Intel's palette 1), the amx row's unit: rows of a tile, f32 columns of an f32 tile,
+// and bf16 elements a row of a bf16 tile holds (its 64 bytes), the depth of one tdpbf16ps.
+inline constexpr int kAmxRows = 16;
+inline constexpr int kAmxColumns = 16;
+inline constexpr int kAmxPairs = 32;
+
 inline const TargetRow* find_target(const char* name) {
   if (name == nullptr) return nullptr;
   for (const TargetRow& t : kTargets) {
