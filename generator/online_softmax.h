@@ -6,6 +6,7 @@
 #include <string>
 
 #include "Halide.h"
+#include "generator/native_code.h"
 
 namespace attngen {
 
@@ -70,7 +71,13 @@ Halide::Expr softmax_exp(const Halide::Expr& x);
 // (relative error 1.0e-4) and the power of two's exponent by adding 1.5 * 2^23, which rounds to
 // an integer without a round instruction (AVX-512 has none on 16 lanes in Halide 14's x86
 // codegen: vroundps on two halves). Also 0 for x <= -88, NaN for NaN.
-Halide::Expr softmax_exp_bf16(const Halide::Expr& x);
+// native: by the native code that use_native_exp_bf16 adds (AVX-512's vscalefps applies 2^n):
+// the same cubic, 0 below -87 and NaN for NaN; values differ from the portable form's by the
+// rounding of the reduction only (an FMA there).
+Halide::Expr softmax_exp_bf16(const Halide::Expr& x, bool native = false);
+// For a generator whose kernel computes the bf16 softmax: adds the native exp's code to its
+// externs (get_externs_map()) and returns true where the target has it (x86 with AVX-512).
+bool use_native_exp_bf16(const ExternsMap& externs, const Halide::Target& target);
 
 // acc / sum, or 0 where nothing was attended (sum exactly +0); NaN sums stay NaN.
 inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) {

@@ -1,0 +1,29 @@
+// Functions written in LLVM IR that kernels call by name. A kernel's Halide code calls them as
+// PureExtern functions; the generator adds their bitcode to the kernel's module
+// (Generator::get_externs_map, Halide::ExternalCode), where Halide's code generation finds the
+// vector forms by name (`<name>x16` for a call on 16 lanes, or the next power of two, split or
+// padded to it) and LLVM inlines them. This reaches instructions that Halide 14 does not emit
+// (generator/native_f16.h: f16 widening; generator/online_softmax.h: the bf16 softmax's exp).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "Halide.h"
+
+namespace attngen {
+
+using ExternsMap = std::shared_ptr<std::map<std::string, Halide::ExternalCode>>;
+
+// Adds the module `ir` (LLVM IR text without a data layout: the kernel's is prepended) to
+// `externs` as bitcode under `code_name`, once per kernel. The functions should be
+// `weak_odr hidden` (every kernel object carries a copy; a program that links many keeps one)
+// and alwaysinline. A module that does not parse is a Halide::CompileError.
+void add_native_code(const ExternsMap& externs, const Halide::Target& target,
+                     const std::string& code_name, const std::string& ir);
+
+// `value` as an LLVM IR floating-point literal (the hexadecimal double of the float, exact).
+std::string ir_float(float value);
+
+}  // namespace attngen
