@@ -85,6 +85,7 @@ class Attention : public Generator<Attention> {
         attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
     spec.native_exp =
         spec.bf16_pairs && attngen::use_native_exp_bf16(get_externs_map(), get_target());
+    if (spec.amx) attngen::add_amx_tile_zero(get_externs_map(), get_target());
     attngen::AttentionInputs in;
     in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
     in.k = attngen::as_f32(*k, native_f16);

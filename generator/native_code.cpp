@@ -59,6 +59,20 @@ void add_native_code(const ExternsMap& externs, const Halide::Target& target,
                                   target, bitcode(data_layout(target) + ir, code_name), code_name));
 }
 
+void add_amx_tile_zero(const ExternsMap& externs, const Halide::Target& target) {
+  // The vector form Halide's code generation looks for (<name>x256); no readnone, so that each
+  // call stays a tilezero of its own.
+  const std::string name = std::string(kAmxTileZeroF32) + "x256";
+  add_native_code(externs, target, "org.attngen.amx_tile_zero",
+                  "define weak_odr hidden <256 x float> @" + name +
+                      "(i16 %rows, i16 %colbytes) #0 {\n"
+                      "  %t = call x86_amx @llvm.x86.tilezero.internal(i16 %rows, i16 %colbytes)\n"
+                      "  %v = bitcast x86_amx %t to <256 x float>\n"
+                      "  ret <256 x float> %v\n}\n"
+                      "declare x86_amx @llvm.x86.tilezero.internal(i16, i16)\n"
+                      "attributes #0 = { alwaysinline nounwind }\n");
+}
+
 std::string ir_float(float value) {
   const double d = value;
   uint64_t bits = 0;

@@ -23,6 +23,14 @@ using ExternsMap = std::shared_ptr<std::map<std::string, Halide::ExternalCode>>;
 void add_native_code(const ExternsMap& externs, const Halide::Target& target,
                      const std::string& code_name, const std::string& ir);
 
+// AMX: a zeroed f32 tile by a call that LLVM does not merge with others. Halide 14 declares
+// its own tile_zero function readnone, so LLVM merges the zeroing of every tile in a block into
+// one tilezero and copies that tile to the others through the stack (AMX has no tile moves):
+// a 1 KiB store and reload per tile, the reload waiting for the store. The amx schedule's
+// lowering pass calls this one instead (an impure extern call of type Float(32, 256)).
+constexpr char kAmxTileZeroF32[] = "attngen_amx_tile_zero_f32";
+void add_amx_tile_zero(const ExternsMap& externs, const Halide::Target& target);
+
 // `value` as an LLVM IR floating-point literal (the hexadecimal double of the float, exact).
 std::string ir_float(float value);
 

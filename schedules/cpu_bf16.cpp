@@ -10,6 +10,7 @@
 //         the keys innermost, its pair broadcast; pv_rows rows x Dv / 16 accumulators.
 // The scores of a query tile are stored keys innermost, so the row max and sum are vertical over
 // vectors of 16 keys (an rfactor) and horizontal once per row.
+#include "generator/native_code.h"
 #include "schedules/schedule.h"
 
 namespace attngen {
@@ -488,7 +489,13 @@ Stmt interleave(const std::vector<TileChain>& chains) {
   std::vector<Stmt> zeros, products, outs;
   for (size_t i = 0; i < chains.size(); ++i) {
     RenameBuffer rename(chains[i].tile->name, chains[i].tile->name + "." + std::to_string(i));
-    zeros.push_back(rename.mutate(chains[i].zero));
+    // (The zeroing by kAmxTileZeroF32, which LLVM does not merge: generator/native_code.h.)
+    const Store* zero = chains[i].zero.as<Store>();
+    const Call* tile_zero = zero->value.as<Call>();
+    Stmt own_zero = Store::make(
+        zero->name, Call::make(tile_zero->type, kAmxTileZeroF32, tile_zero->args, Call::Extern),
+        zero->index, zero->param, zero->predicate, zero->alignment);
+    zeros.push_back(rename.mutate(own_zero));
     products.push_back(rename.mutate(chains[i].product));
     outs.push_back(rename.mutate(chains[i].out));
   }
