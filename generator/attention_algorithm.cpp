@@ -427,8 +427,9 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr m = f.row_max(i % tile, i / tile, h, b);
   Expr m_safe = select(is_masked(m), 0.0f, m);
   f.probs = Func(spec.part + "probs");
-  f.probs(j, i, h, b) = spec.bf16_pairs ? softmax_exp_bf16(f.scores(j, i, h, b) - m_safe, spec.native_exp)
-                                        : softmax_exp(f.scores(j, i, h, b) - m_safe);
+  f.probs(j, i, h, b) = spec.bf16_pairs
+                            ? softmax_exp_bf16(f.scores(j, i, h, b) - m_safe, spec.native_exp)
+                            : softmax_exp(f.scores(j, i, h, b) - m_safe);
 
   f.row_sum = Func(spec.part + "row_sum");
   f.row_sum(qi, qt, h, b) = 0.0f;
