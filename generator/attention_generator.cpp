@@ -85,7 +85,6 @@ class Attention : public Generator<Attention> {
         attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
     spec.native_exp =
         spec.bf16_pairs && attngen::use_native_exp_bf16(get_externs_map(), get_target());
-    if (spec.amx) attngen::add_amx_tile_zero(get_externs_map(), get_target());
     attngen::AttentionInputs in;
     in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
     in.k = attngen::as_f32(*k, native_f16);
@@ -180,7 +179,11 @@ class Attention : public Generator<Attention> {
 
   void schedule() {
     if (bf16_pairs_) get_pipeline().add_custom_lowering_pass(attngen::bf16_pair_dots_pass());
-    if (amx_) get_pipeline().add_custom_lowering_pass(attngen::amx_full_depth_pass());
+    if (amx_) {
+      // The pass zeroes tiles by a function of the kernel's native code (native_code.h).
+      attngen::add_amx_tile_zero(get_externs_map(), get_target());
+      get_pipeline().add_custom_lowering_pass(attngen::amx_full_depth_pass());
+    }
   }
 
  private:

@@ -46,8 +46,7 @@ Halide::Expr widen_f16_native(const Halide::Expr& x) {
                     {Halide::reinterpret(Halide::UInt(16, x.type().lanes()), x)}, Call::PureExtern);
 }
 
-bool use_native_f16(const std::shared_ptr<std::map<std::string, Halide::ExternalCode>>& externs,
-                    const Halide::Target& target, bool reads_f16) {
+bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, bool reads_f16) {
   if (!reads_f16 || !widens_f16_natively(target)) return false;
   add_native_code(externs, target, kCodeName, ir_text());
   return true;

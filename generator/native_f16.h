@@ -8,11 +8,8 @@
 // inlines them, so each vector of halves becomes one conversion (on x86 its load folded in).
 #pragma once
 
-#include <map>
-#include <memory>
-#include <string>
-
 #include "Halide.h"
+#include "generator/native_code.h"
 
 namespace attngen {
 
@@ -26,7 +23,6 @@ Halide::Expr widen_f16_native(const Halide::Expr& x);
 // For a generator's generate(): whether the kernel widens f16 natively, true only for a
 // kernel that reads f16 (`reads_f16`) on such a target; then the bitcode is added to the
 // generator's externs (pass get_externs_map()).
-bool use_native_f16(const std::shared_ptr<std::map<std::string, Halide::ExternalCode>>& externs,
-                    const Halide::Target& target, bool reads_f16);
+bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, bool reads_f16);
 
 }  // namespace attngen
