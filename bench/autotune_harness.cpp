@@ -200,6 +200,24 @@ struct Problem {
     }
     return nullptr;
   }
+
+  // linear: w [N, E] packed as the runtime packs it for a kernel whose panels hold `panel`
+  // output features (docs/semantics.md, "Packed weights"): (pi, e, po) = w[po * panel + pi][e],
+  // rows past N zero. One tensor per panel width, made on first use.
+  Tensor* packed_w(int32_t panel) {
+    const std::string name = "w/panel" + std::to_string(panel);
+    if (Tensor* t = find(name)) return t;
+    const int32_t E = shape[2], N = shape[3], panels = (N + panel - 1) / panel;
+    const float* w = find("w")->f32();
+    Tensor& t = add(name, halide_type_t{halide_type_float, 32, 1}, {panel, E, panels});
+    for (int32_t po = 0; po < panels; ++po)
+      for (int32_t e = 0; e < E; ++e)
+        for (int32_t pi = 0; pi < panel; ++pi) {
+          const int32_t n = po * panel + pi;
+          t.f32()[(int64_t(po) * E + e) * panel + pi] = n < N ? w[int64_t(n) * E + e] : 0.0f;
+        }
+    return &t;
+  }
 };
 
 struct Kernel {
@@ -207,8 +225,11 @@ struct Kernel {
   ArgvFn argv = nullptr;
   const halide_filter_metadata_t* md = nullptr;
 
-  // The argv of one call on `p`, in the order of the function's metadata.
-  std::vector<void*> args(Problem& p) {
+  int32_t panel = 0;  // linear: output features per weight panel (bounds query, first call)
+
+  // The argv of one call on `p`, in the order of the function's metadata. `query`, where given,
+  // stands for the packed weights (a bounds query).
+  std::vector<void*> args(Problem& p, halide_buffer_t* query = nullptr) {
     static void* user_context = nullptr;
     std::vector<void*> a;
     for (int i = 0; i < md->num_arguments; ++i) {
@@ -226,6 +247,8 @@ struct Kernel {
         } else {
           fail(function + ": unknown scalar argument " + name);
         }
+      } else if (name == "w" && arg.dimensions == 3) {
+        a.push_back(query != nullptr ? query : &p.packed_w(weight_panel(p))->buf);
       } else {
         Tensor* t = p.find(name);
         if (t == nullptr) fail(function + ": no tensor for argument " + name);
@@ -237,6 +260,21 @@ struct Kernel {
       }
     }
     return a;
+  }
+  // The panel width the kernel requires of its packed weights: the extent of w's first
+  // dimension that a bounds query (w without memory) reports.
+  int32_t weight_panel(Problem& p) {
+    if (panel > 0) return panel;
+    halide_dimension_t dims[3] = {};
+    halide_buffer_t query{};
+    query.type = halide_type_t{halide_type_float, 32, 1};
+    query.dimensions = 3;
+    query.dim = dims;
+    std::vector<void*> a = args(p, &query);
+    const int rc = argv(a.data());
+    if (rc != 0 || dims[0].extent <= 0)
+      fail(function + ": bounds query of w failed " + g_last_error);
+    return panel = dims[0].extent;
   }
   double call(Problem& p) {
     std::vector<void*> a = args(p);

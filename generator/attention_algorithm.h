@@ -170,6 +170,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
 // y(n, s, b) = sum_e x(e, s, b) * w(e, n) + bias(n): PyTorch nn.Linear with weight [N, E].
 struct LinearShape {
   Halide::Expr in_features, out_features, rows;  // E, N and the extent of s
+  Halide::Expr batches = 1;                      // the extent of b (for schedules)
   int panel = 1;  // output features per weight panel (plan_linear(): the schedule's choice)
   // Half-precision products (0: all in f32): x and w rounded to f16 (f16 kernels: as stored),
   // their products summed in f16 over this many input features at a time (fmla on .8h vectors
@@ -178,12 +179,21 @@ struct LinearShape {
   // give a relative error of 6e-4 (simulated against float64, E 64-768, inputs in [-1, 1]), 8x
   // within the f16 tolerance (docs/semantics.md).
   int half_chunk = 0;
+  // Rows per group of the staged input (0: read in place). With groups of g rows, the product
+  // reads x_groups (r, e, group, b) = x (e, group * g + r, b): per input feature a group's rows
+  // side by side, every group's features in one contiguous block. Set by plan_linear() to the
+  // register tile's rows, for f32 products (half_chunk 0) of SIMD targets.
+  int row_group = 0;
 };
 
 struct LinearFuncs {
   Halide::Var e{"e"}, n{"n"}, s{"s"}, b{"b"};
   Halide::RDom re;
   Halide::Func x;  // (e, s, b) input rows, clamped along s
+  // shape.row_group > 0: (r, e, group, b), x in groups of rows (LinearShape::row_group); what
+  // the product reads.
+  Halide::Var gr{"gr"}, group{"group"};
+  Halide::Func x_groups;
   Halide::Var pi{"pi"}, po{"po"};
   Halide::Func w;         // (e, n) weights, clamped along n (from the panels)
   Halide::Func w_panels;  // (pi, e, po): feature po * panel + pi; what the product reads
@@ -193,6 +203,7 @@ struct LinearFuncs {
   Halide::Func sum_half;
   Halide::RDom rx, rh;
   Halide::Func out;  // (n, s, b)
+  LinearShape shape;
 };
 
 // w: the weights packed in panels, (pi, e, po) = weight row po * panel + pi at input feature e,

@@ -31,7 +31,8 @@ class Linear : public Generator<Linear> {
 
   void generate() {
     const attngen::LinearTunables requested = attngen::linear_tunables(v_);
-    attngen::LinearShape shape{x->dim(0).extent(), bias->dim(0).extent(), x->dim(1).extent()};
+    attngen::LinearShape shape{x->dim(0).extent(), bias->dim(0).extent(), x->dim(1).extent(),
+                               x->dim(2).extent()};
     shape.half_chunk = attngen::linear_half_chunk(v_, get_target());
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
@@ -40,8 +41,9 @@ class Linear : public Generator<Linear> {
     attngen::LinearFuncs f = attngen::define_linear(
         attngen::as_f32(*x, native_f16), *w, attngen::as_f32(*bias, native_f16), shape, "linear");
     (*y)(f.n, f.s, f.b) = attngen::from_f32(f.out(f.n, f.s, f.b), y->type());
-    // Output features start at 0, so a schedule's tiles of n line up with the weight panels.
-    y->dim(0).set_min(0);
+    // Output features and rows start at 0 (the runtime's buffers do), so a schedule's tiles of
+    // n line up with the weight panels and its tiles of rows with the groups of staged rows.
+    y->dim(0).set_min(0).dim(1).set_min(0);
     const int p = shape.panel;
     w->dim(0).set_bounds(0, p).dim(1).set_bounds(0, shape.in_features);
     w->dim(2).set_bounds(0, (shape.out_features + p - 1) / p);

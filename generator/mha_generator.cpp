@@ -62,10 +62,10 @@ class Mha : public Generator<Mha> {
     const Expr dh = v.generic ? embed / *num_heads : Expr(v.head_dim_qk);
     Expr heads = v.generic ? Expr(*num_heads) : embed / v.head_dim_qk;
 
-    attngen::LinearShape in_shape{embed, 3 * embed, seq};
+    attngen::LinearShape in_shape{embed, 3 * embed, seq, x->dim(2).extent()};
     in_shape.half_chunk = attngen::linear_half_chunk(v, get_target());
-    // The projections' tunables (TUNABLES: the linear op's), their rows transposed (measured:
-    // see schedule_linear_simd).
+    // The projections' tunables (TUNABLES: the linear op's); the rows of f16 products
+    // transposed (measured: see schedule_linear_simd).
     attngen::LinearTunables requested_linear = attngen::linear_tunables(v);
     requested_linear.transpose_x = 1;
     const attngen::LinearTunables linear_tunables =
@@ -119,9 +119,10 @@ class Mha : public Generator<Mha> {
     } else {
       concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
     }
-    attngen::LinearShape out_shape{embed, embed, seq};
+    attngen::LinearShape out_shape{embed, embed, seq, x->dim(2).extent()};
     out_shape.panel = in_shape.panel;
     out_shape.half_chunk = in_shape.half_chunk;
+    out_shape.row_group = in_shape.row_group;
     attngen::LinearFuncs out_proj = attngen::define_linear(
         concat, *out_w, attngen::as_f32(*out_b, native_f16), out_shape, "out_proj");
     (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());

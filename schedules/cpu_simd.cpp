@@ -11,7 +11,8 @@
 //         loaded as vectors, every row group of the tile passing over a chunk while it is in L1.
 // Causal tiles visit only the key chunks up to their last row (the algorithm's chunk predicate).
 // Linear (X W^T + b): the weights are staged once per call in panels of a register tile's
-// output features; the register tile runs over e_chunk input features at a time.
+// output features, the rows once per task in groups of a register tile's rows; the register tile
+// runs over e_chunk input features at a time.
 //
 // The measurements behind these choices (2026-11-29, AVX-512, same-run ratios) are in
 // bench/RESULTS.md, "Measurements behind the code's choices".
@@ -263,13 +264,25 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   // Tiles of n line up with the weight panels (of n_tile features) where out starts at a
   // multiple of n_tile: outputs start at 0 (the generators), an internal out is aligned by its
   // pipeline (mha). The product then reads a panel at fixed offsets, not a division per lane.
+  // A task is a block of rows and a range of the output features: all of them where the row
+  // blocks alone make kMinTasks tasks, else a share of the n tiles each, so that few rows (one
+  // block at S 128, a decode step's one row) still spread over the threads. A task stages its
+  // rows once; smaller shares of n restage them more often (about 0.3 of one tile's time each).
+  constexpr int kMinTasks = 4;
+  const LinearShape& shape = f.shape;
+  const Expr n_tiles = (shape.out_features + n_tile - 1) / n_tile;
+  const Expr row_tasks = shape.batches * ((shape.rows + t.row_block - 1) / t.row_block);
+  const Expr shares = clamp((kMinTasks + row_tasks - 1) / row_tasks, 1, n_tiles);
+  Var nc("nc"), nt("nt");
   out.split(s, sb, s1, t.row_block, TailStrategy::GuardWithIf)
       .split(s1, so, si, t.rows)
       .split(n, no, ni, n_tile, TailStrategy::GuardWithIf)
+      .split(no, nc, nt, (n_tiles + shares - 1) / shares, TailStrategy::GuardWithIf)
       .split(ni, vo, vi, lanes)
-      .reorder(vi, vo, si, so, no, sb, b)
+      .reorder(vi, vo, si, so, nt, nc, sb, b)
       .fuse(sb, b, task)
       .parallel(task)
+      .parallel(nc)
       .vectorize(vi)
       .unroll(vo);
 
@@ -279,7 +292,7 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   // go to the block's sum (LLVM keeps them in registers within a chunk).
   Func sum = f.sum;
   RVar reo("reo"), rei("rei");
-  sum.compute_at(out, no).bound_extent(n, n_tile);
+  sum.compute_at(out, nt).bound_extent(n, n_tile);
   sum.split(n, vo, vi, lanes).vectorize(vi).unroll(vo);
   if (!half) {
     sum.update()
@@ -309,20 +322,34 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
     h.update().split(n, vo, vi, lanes).reorder(vi, vo, s, f.rx).vectorize(vi).unroll(vo).unroll(s);
   }
 
-  // The rows of a row block, staged once per block (it is reused by every n tile): the inner
-  // loop then reads them with no per-row clamping. As rows, a register tile's rows are at a
-  // run-time stride (the input features), one address register each; transposed, they are
-  // side by side at a compile-time stride, one register for all. Transposed is 5-7% faster
-  // in the MHA layer, where the rows' addresses did not fit the general registers and LLVM kept
-  // them in vector registers (vpextrq next to the FMAs), and 5-15% slower alone (autotune
-  // harness and a same-run A/B of the mha kernel, B4 S512 E768, AVX-512, 2 threads).
-  if (t.transpose_x) {
-    f.x.compute_at(out, task)
-        .bound_extent(s, t.row_block)
-        .reorder_storage(s, e, b)
-        .reorder(s, e, b);
+  // The rows of a task's row block, staged once per task (reused by each of its n tiles): the
+  // inner loop then reads them with no per-row clamping. f32 products read them in groups of a
+  // register tile's rows (LinearShape::row_group): per input feature the group's rows side by
+  // side, each group's features one contiguous block, so the tile's rows are one address
+  // register and compile-time offsets, and a chunk of a group is one sequential stream. Against
+  // the two layouts before it (autotune harness, linear alone, AVX-512, 2 threads) it is
+  // 1.04-1.06x faster than rows at a run-time stride (one address register per row; in the MHA
+  // layer they did not fit the general registers and LLVM kept them in vector registers,
+  // vpextrq next to the FMAs), and in the MHA layer than the block transposed (the row block's
+  // rows side by side: at 64 rows a chunk's features 256 bytes apart, in 16 of L1's 64 sets).
+  // The f16 products keep those two: as rows, or transposed (the MHA generator's transpose_x).
+  if (f.x_groups.defined()) {
+    // A group's rows interleaved a vector of features at a time: one store per vector, which
+    // Halide combines from the unrolled rows' strided stores (as scalars, or gathered, the
+    // staging took 6% of the time at N 768), the last vector shifted inwards.
+    Func xg = f.x_groups;
+    Var eo("eo"), ei("ei");
+    xg.compute_at(out, nc).bound(f.gr, 0, t.rows);
+    xg.specialize(f.re.x.extent() >= lanes)
+        .split(e, eo, ei, lanes, TailStrategy::ShiftInwards)
+        .reorder(ei, f.gr, eo, f.group, b)
+        .vectorize(ei)
+        .unroll(f.gr);
+    xg.reorder(e, f.gr, f.group, b);
+  } else if (t.transpose_x) {
+    f.x.compute_at(out, nc).bound_extent(s, t.row_block).reorder_storage(s, e, b).reorder(s, e, b);
   } else {
-    f.x.compute_at(out, task).vectorize(e, lanes, TailStrategy::GuardWithIf);
+    f.x.compute_at(out, nc).vectorize(e, lanes, TailStrategy::GuardWithIf);
   }
 
   // The weights arrive in panels of n_tile output features (shape.panel == n_tile,

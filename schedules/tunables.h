@@ -27,7 +27,8 @@ struct LinearTunables {
   int e_chunk = 0;    // input features per pass over a row block's tile (CPU cache blocking)
   int threads_x = 0;  // threads per block along the output features (GPU; default 32)
   int threads_y = 0;  // threads per block along the rows (GPU; default 8)
-  // The row block's inputs staged as rows (0, the default) or transposed (1: per input feature
+  // f16 products (LinearShape::half_chunk; f32 products stage their rows in groups, row_group):
+  // the row block's inputs staged as rows (0, the default) or transposed (1: per input feature
   // the block's rows side by side, at a compile-time stride) (CPU). See schedule_linear_simd.
   int transpose_x = -1;
 };
