@@ -204,6 +204,12 @@ attngen_status finish(const Check& c, const attngen_kernel_info* kernel);
 // Makes the kernels' scratch memory come from a per-thread cache (allocator.cpp); idempotent.
 void install_allocator();
 
+// Asks Linux to back the whole 2 MiB pages inside [p, p + bytes) with huge pages (where
+// transparent huge pages are "madvise", the default of Debian's kernels), before the memory is
+// first written: for long-lived buffers that kernels stream (KV caches, a persistent layer's
+// packed weights). Best effort: no huge pages, no harm; elsewhere nothing (kv_cache.cpp).
+void advise_huge_pages(void* p, size_t bytes);
+
 // The runtime's own scratch memory outside a workspace, from the kernels' block cache
 // (allocator.cpp); nullptr when out of memory.
 void* scratch_allocate(size_t bytes);

@@ -21,6 +21,23 @@
 
 namespace attngen::rt {
 
+// Huge pages for long-lived buffers that kernels stream (internal.h). For a KV cache: a decode
+// step reads each kv head's slots in order, K then V of each key block; in 4 KiB pages the
+// hardware prefetchers start again every 4 slots (at D128), and the step waits on its loads.
+// Measured at 64 MiB caches (B1 Hq32 Hkv8 D128 Skv8192, 6 pairs; bench/RESULTS.md): 1.04x
+// (decode/l3) to 1.39x (decode_cache/f32) faster, i8 1.10x. Best effort: no huge pages, no harm.
+void advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / kHuge * kHuge;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 namespace {
 
 constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
@@ -137,24 +154,6 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   bytes = static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o));
   if (i8) bytes = scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4;
   return true;
-}
-
-// Asks Linux to back the whole 2 MiB pages inside [p, p + bytes) with huge pages (where
-// transparent huge pages are "madvise", the default of Debian's kernels). A decode step reads each
-// kv head's slots in order, K then V of each key block; in 4 KiB pages the hardware prefetchers
-// start again every 4 slots (at D128), and the step waits on its loads. Measured at 64 MiB
-// caches (B1 Hq32 Hkv8 D128 Skv8192, 6 pairs; bench/RESULTS.md): 1.04x (decode/l3) to 1.39x
-// (decode_cache/f32) faster, i8 1.10x. Best effort: no huge pages, no harm.
-void advise_huge_pages(void* p, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / kHuge * kHuge;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
 }
 
 // Zeroed storage aligned to kAlignment, from calloc (large blocks come as fresh zero pages, so a

@@ -39,8 +39,11 @@ float packed_at(const float* p, int64_t e, int panel, int64_t r, int64_t c) {
 }  // namespace
 
 float* packed_storage(int64_t floats) {
-  return static_cast<float*>(::operator new[](static_cast<size_t>(floats) * sizeof(float),
-                                              std::align_val_t{64}, std::nothrow));
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  void* p = ::operator new[](bytes, std::align_val_t{64}, std::nothrow);
+  // A persistent layer's weights are read whole on every call (a decode step streams them).
+  if (p != nullptr) advise_huge_pages(p, bytes);
+  return static_cast<float*>(p);
 }
 
 void AlignedDelete::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }

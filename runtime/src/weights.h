@@ -21,7 +21,8 @@ int64_t packed_floats(int64_t n, int64_t e, int panel);
 // The packed F32 tensor [ceil(n / panel), e, panel] over data.
 attngen_tensor packed_tensor(float* data, int64_t n, int64_t e, int panel);
 
-// 64-byte aligned storage for `floats` packed floats (freed by AlignedDelete), or nullptr.
+// 64-byte aligned storage for `floats` packed floats (freed by AlignedDelete), or nullptr; its
+// whole 2 MiB pages advised to be huge pages (advise_huge_pages()).
 float* packed_storage(int64_t floats);
 
 // Packs w [n, e] (F32, F16 or BF16, any strides) into out, packed_floats() floats: element
