@@ -330,8 +330,9 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
   // the two layouts before it (autotune harness, linear alone, AVX-512, 2 threads) it is
   // 1.04-1.06x faster than rows at a run-time stride (one address register per row; in the MHA
   // layer they did not fit the general registers and LLVM kept them in vector registers,
-  // vpextrq next to the FMAs), and in the MHA layer than the block transposed (the row block's
-  // rows side by side: at 64 rows a chunk's features 256 bytes apart, in 16 of L1's 64 sets).
+  // vpextrq next to the FMAs), and the MHA layer takes 0.97x the time of the block transposed
+  // (the row block's rows side by side: at 64 rows a chunk's features 256 bytes apart, in 16 of
+  // L1's 64 sets; same-run A/B, 5 pairs, B4 S512 E768).
   // The f16 products keep those two: as rows, or transposed (the MHA generator's transpose_x).
   if (f.x_groups.defined()) {
     // A group's rows interleaved a vector of features at a time: one store per vector, which
