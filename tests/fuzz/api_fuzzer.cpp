@@ -257,10 +257,14 @@ class GuardTensor {
     }
     es_ = element_size(dtype);
     compute_span();
+    // Mapped wherever the memory span is bounded, whatever the count of logical elements: the
+    // API accepts a tensor whose broadcast (stride 0) dimensions make 2^40 elements or more of a
+    // small span, and reads it (a block-sparse layout of [2^28, 2^27] with strides [0, 1] in
+    // attngen_pattern_attends read unmapped memory: regression fixed13-*).
     uint64_t bytes = 0;
-    if (span_ok_) bytes = static_cast<uint64_t>(hi_ - lo_ + 1) * es_;
+    if (span_bounded_) bytes = static_cast<uint64_t>(hi_ - lo_ + 1) * es_;
     if (logical_ == 0) bytes = 0;
-    mapped_ = span_ok_ && bytes <= kMaxMapped;
+    mapped_ = span_bounded_ && bytes <= kMaxMapped;
     if (!mapped_) bytes = 0;
     const size_t body = ((bytes + misalign + kPage - 1) / kPage) * kPage;
     map_len_ = body + 2 * kPage;
@@ -450,17 +454,20 @@ class GuardTensor {
   void compute_span() {
     logical_ = 1;
     lo_ = hi_ = 0;
-    span_ok_ = t.rank >= 0 && t.rank <= ATTNGEN_MAX_RANK;
+    span_ok_ = span_bounded_ = t.rank >= 0 && t.rank <= ATTNGEN_MAX_RANK;
     if (!span_ok_) return;
     for (int d = 0; d < t.rank; ++d) {
       if (t.shape[d] <= 0) {
         logical_ = 0;
         continue;
       }
-      if (__builtin_mul_overflow(logical_, t.shape[d], &logical_)) span_ok_ = false;
+      if (__builtin_mul_overflow(logical_, t.shape[d], &logical_)) {
+        logical_ = INT64_MAX;
+        span_ok_ = false;
+      }
       __int128 ext = static_cast<__int128>(t.shape[d] - 1) * t.strides[d];
       if (ext > (static_cast<__int128>(1) << 62) || ext < -(static_cast<__int128>(1) << 62)) {
-        span_ok_ = false;
+        span_ok_ = span_bounded_ = false;
         continue;
       }
       if (ext > 0) hi_ = sat_add(hi_, static_cast<int64_t>(ext));
@@ -468,7 +475,7 @@ class GuardTensor {
     }
     if (t.rank >= 0 && logical_ < 0) span_ok_ = false;
     if (logical_ > (1LL << 40)) span_ok_ = false;
-    if (hi_ > (1LL << 40) || lo_ < -(1LL << 40)) span_ok_ = false;
+    if (hi_ > (1LL << 40) || lo_ < -(1LL << 40)) span_ok_ = span_bounded_ = false;
   }
 
   uint8_t* map_ = nullptr;
@@ -477,7 +484,9 @@ class GuardTensor {
   size_t es_ = 4;
   int dtype_ = ATTNGEN_F32;
   int64_t lo_ = 0, hi_ = 0, logical_ = 0;
-  bool span_ok_ = false, mapped_ = false;
+  // span_bounded_: [lo_, hi_] computed without overflow and within 2^40 elements; span_ok_:
+  // that and at most 2^40 logical elements.
+  bool span_ok_ = false, span_bounded_ = false, mapped_ = false;
 };
 
 // Strides for a shape: contiguous most of the time, else padded, broadcast (0), negative,
