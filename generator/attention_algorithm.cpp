@@ -495,14 +495,15 @@ LinearFuncs define_linear(const Func& x, const Func& w, const Func& bias, const 
   f.w_panels(f.pi, e, f.po) = w(f.pi, e, f.po);
   f.sum = Func(name + "_sum");
   f.sum(n, s, b) = bias(nc);
-  if (shape.half_chunk <= 0 && shape.row_group > 0) {
-    const int g = shape.row_group;
-    f.x_groups = Func(name + "_x_groups");
-    f.x_groups(f.gr, e, f.group, b) = f.x(e, f.group * g + f.gr, b);
-    f.sum(n, s, b) +=
-        f.x_groups(s % g, f.re, s / g, b) * f.w_panels(n % shape.panel, f.re, n / shape.panel);
-  } else if (shape.half_chunk <= 0) {
-    f.sum(n, s, b) += f.x(f.re, s, b) * f.w_panels(n % shape.panel, f.re, n / shape.panel);
+  if (shape.half_chunk <= 0) {
+    Expr x_re = f.x(f.re, s, b);
+    if (shape.row_group > 0) {
+      const int g = shape.row_group;
+      f.x_groups = Func(name + "_x_groups");
+      f.x_groups(f.gr, e, f.group, b) = f.x(e, f.group * g + f.gr, b);
+      x_re = f.x_groups(s % g, f.re, s / g, b);
+    }
+    f.sum(n, s, b) += x_re * f.w_panels(n % shape.panel, f.re, n / shape.panel);
   } else {
     // Half-precision products over chunks of half_chunk input features, the last chunk padded
     // with zeros (both operands, so padding never meets a non-finite value).

@@ -119,10 +119,10 @@ class Mha : public Generator<Mha> {
     } else {
       concat(n, s, b) = attn.out(n % dh, n / dh, s, b);
     }
+    // Planned like in_proj (the same tunables): the same panels and row groups.
     attngen::LinearShape out_shape{embed, embed, seq, x->dim(2).extent()};
-    out_shape.panel = in_shape.panel;
     out_shape.half_chunk = in_shape.half_chunk;
-    out_shape.row_group = in_shape.row_group;
+    attngen::plan_linear(out_shape, requested_linear, get_target(), get_auto_schedule());
     attngen::LinearFuncs out_proj = attngen::define_linear(
         concat, *out_w, attngen::as_f32(*out_b, native_f16), out_shape, "out_proj");
     (*y)(n, s, b) = attngen::from_f32(out_proj.out(n, s, b), y->type());

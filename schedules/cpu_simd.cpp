@@ -340,8 +340,8 @@ void schedule_linear_simd(LinearFuncs f, const TargetInfo& info, const LinearTun
     // staging took 6% of the time at N 768), the last vector shifted inwards.
     Func xg = f.x_groups;
     Var eo("eo"), ei("ei");
-    xg.compute_at(out, nc).bound(f.gr, 0, t.rows);
-    xg.specialize(f.re.x.extent() >= lanes)
+    xg.compute_at(out, nc).bound(f.gr, 0, shape.row_group);
+    xg.specialize(shape.in_features >= lanes)
         .split(e, eo, ei, lanes, TailStrategy::ShiftInwards)
         .reorder(ei, f.gr, eo, f.group, b)
         .vectorize(ei)
