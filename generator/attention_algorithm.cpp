@@ -39,7 +39,8 @@ void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Ex
     f.weights = Func(spec.part + "weights");
     // (Masked keys weigh 0 in rows made NaN by a NaN score too.)
     const Expr s = f.scores(j, i, h, b);
-    f.weights(j, i, h, b) = select(is_plus_zero(l) || is_masked(s), 0.0f, softmax_exp(s - m) / l);
+    f.weights(j, i, h, b) =
+        select(is_plus_zero(l) || is_masked(s), 0.0f, softmax_exp(s - m, spec.native_exp) / l);
   }
   if (spec.lse) {
     f.lse = Func(spec.part + "lse");
@@ -99,7 +100,7 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 
   const KeyBlockStats stats =
       define_key_block_stats(f.scores, f.v, block, rk, {d, j, kb, i, h, b}, f.v_finite,
-                             spec.half_pv_chunk, Func(), spec.part);
+                             spec.half_pv_chunk, Func(), spec.part, spec.native_exp);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.block_sum = stats.block_sum;
@@ -114,7 +115,8 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   Expr row = qt * tile + qi;
   const SoftmaxState merged = online_merge(
       {f.state(d, qi, qt, h, b)[0], f.state(d, qi, qt, h, b)[1], f.state(d, qi, qt, h, b)[2]},
-      {f.block_pv(d, rb, row, h, b), f.block_max(rb, row, h, b), f.block_sum(rb, row, h, b)});
+      {f.block_pv(d, rb, row, h, b), f.block_max(rb, row, h, b), f.block_sum(rb, row, h, b)},
+      spec.native_exp);
   f.state(d, qi, qt, h, b) = Tuple(merged.acc, merged.max, merged.sum);
 
   f.out = Func(spec.part + "attention");
@@ -177,9 +179,11 @@ AttentionFuncs define_strided_classes(const AttentionSpec& spec, const Attention
   Expr t = clamp(p / l - offset_of(fb) / l, 0, ci.seq_q - 1), cls = fb * l + p % l;
   const int band_tile = band_spec.query_tile;
   const auto band = [&](int e) { return f.state(fd, fi % band_tile, fi / band_tile, fh, fb)[e]; };
-  const SoftmaxState merged = online_merge(
-      {band(0), band(1), band(2)}, {f.class_rows(fd, fh, t, cls), f.class_rows(dv, fh, t, cls),
-                                    f.class_rows(dv + 1, fh, t, cls)});
+  const SoftmaxState merged =
+      online_merge({band(0), band(1), band(2)},
+                   {f.class_rows(fd, fh, t, cls), f.class_rows(dv, fh, t, cls),
+                    f.class_rows(dv + 1, fh, t, cls)},
+                   spec.native_exp);
   f.out = Func("attention");
   f.out(fd, fh, fi, fb) = normalise(merged.acc, merged.sum);
   return f;
@@ -429,7 +433,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   f.probs = Func(spec.part + "probs");
   f.probs(j, i, h, b) = spec.bf16_pairs
                             ? softmax_exp_bf16(f.scores(j, i, h, b) - m_safe, spec.native_exp)
-                            : softmax_exp(f.scores(j, i, h, b) - m_safe);
+                            : softmax_exp(f.scores(j, i, h, b) - m_safe, spec.native_exp);
 
   f.row_sum = Func(spec.part + "row_sum");
   f.row_sum(qi, qt, h, b) = 0.0f;

@@ -50,8 +50,8 @@ struct AttentionSpec {
   // (docs/semantics.md, "Precision"). The row form only, even head dims; keys are taken in
   // multiples of key_multiple (scores past Skv are masked).
   bool bf16_pairs = false;
-  // With bf16_pairs: the exp by the native code of online_softmax.h (AVX-512), which the
-  // generator adds to the kernel's module (use_native_exp_bf16).
+  // The softmax's exps by the native code of online_softmax.h (AVX-512), which the generator
+  // adds to the kernel's module (use_native_exp).
   bool native_exp = false;
   int key_multiple = 1;
   // The amx row's kernels (with bf16_pairs): q.k and p.v as AMX tile products, which take a

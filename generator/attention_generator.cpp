@@ -83,8 +83,7 @@ class Attention : public Generator<Attention> {
     // (The bf16 pair products of AVX512-BF16 read q's bf16 values themselves.)
     const bool native_f16 =
         attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
-    spec.native_exp =
-        spec.bf16_pairs && attngen::use_native_exp_bf16(get_externs_map(), get_target());
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
     attngen::AttentionInputs in;
     in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
     in.k = attngen::as_f32(*k, native_f16);

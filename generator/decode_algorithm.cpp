@@ -116,8 +116,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // max, exps relative to it, their sum and their product with V.
   f.v_finite = in.v_finite;
   f.rk = RDom(0, block, "rk");
-  const KeyBlockStats stats = define_key_block_stats(
-      f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, in.v_finite, 0, f.v_scale);
+  const KeyBlockStats stats =
+      define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, in.v_finite, 0,
+                             f.v_scale, "", spec.native_exp);
   f.block_max = stats.block_max;
   f.probs = stats.probs;
   f.probs_scaled = stats.probs_scaled;
@@ -146,7 +147,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr blk = sp * f.blocks_per_split + f.rb;
   const SoftmaxState merged = online_merge(
       {f.state(d, r, sp, hk, b)[0], f.state(d, r, sp, hk, b)[1], f.state(d, r, sp, hk, b)[2]},
-      {f.block_pv(d, blk, r, hk, b), f.block_max(blk, r, hk, b), f.block_sum(blk, r, hk, b)});
+      {f.block_pv(d, blk, r, hk, b), f.block_max(blk, r, hk, b), f.block_sum(blk, r, hk, b)},
+      spec.native_exp);
   f.state(d, r, sp, hk, b) = Tuple(merged.acc, merged.max, merged.sum);
 
   // Log-sum-exp merge of the splits: each partial weighs exp(its max - the overall max).
@@ -157,7 +159,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr split_max = f.state(0, r, sp, hk, b)[1];
   f.weight = Func("split_weight");
   f.weight(sp, r, hk, b) =
-      select(is_masked(split_max), 0.0f, softmax_exp(split_max - f.max(r, hk, b)));
+      select(is_masked(split_max), 0.0f, softmax_exp(split_max - f.max(r, hk, b), spec.native_exp));
   f.sum = Func("split_sum");
   f.sum(r, hk, b) = 0.0f;
   f.sum(r, hk, b) += f.state(0, r, f.rs, hk, b)[2] * f.weight(f.rs, r, hk, b);

@@ -41,6 +41,8 @@ struct DecodeSpec {
   bool flushes_subnormals = false;
   // f16 (K/V, q) widened by the CPU's conversion instruction (generator/native_f16.h).
   bool native_f16 = false;
+  // The softmax's exps by the native code of online_softmax.h (use_native_exp).
+  bool native_exp = false;
 };
 
 struct DecodeInputs {

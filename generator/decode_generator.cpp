@@ -3,6 +3,7 @@
 // Head dims and the cached element type are compile-time (the variant); B, Sq, Hq, Hkv (any ratio),
 // the slots, the ring capacity, the window and the split size are run-time.
 #include "generator/decode_algorithm.h"
+#include "generator/online_softmax.h"
 #include "generator/plan.h"
 #include "schedules/schedule.h"
 
@@ -56,6 +57,7 @@ class Decode : public Generator<Decode> {
     spec.native_f16 = attngen::use_native_f16(
         get_externs_map(), get_target(),
         v_.dtype == attngen::DType::kF16 || v_.kv_dtype == attngen::DType::kF16);
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
     const attngen::DecodeTunables tunables =
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 

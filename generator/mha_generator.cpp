@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "generator/attention_algorithm.h"
+#include "generator/online_softmax.h"
 #include "generator/plan.h"
 #include "schedules/schedule.h"
 
@@ -78,6 +79,7 @@ class Mha : public Generator<Mha> {
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
     const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");

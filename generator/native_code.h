@@ -4,7 +4,7 @@
 // Halide's code generation finds the vector forms by name (`<name>x16` for a call on 16 lanes, or
 // the next power of two, split or padded to it) and LLVM inlines them. This reaches instructions
 // that Halide 14 does not emit (generator/native_f16.h: f16 widening; generator/online_softmax.h:
-// the bf16 softmax's exp), or works around its code (add_amx_tile_zero).
+// the softmax's exps by vscalefps), or works around its code (add_amx_tile_zero).
 #pragma once
 
 #include <map>

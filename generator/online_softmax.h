@@ -64,20 +64,24 @@ inline Halide::Expr pv_term(const Halide::Expr& prob, const Halide::Expr& value,
   return prob * Halide::select(v_finite, value, masked_by_prob(prob, value));
 }
 
-// exp(x) for x <= 0 as used by softmax: Halide's vectorisable polynomial, with arguments that
-// would underflow (x <= -88, -inf) exactly 0, and NaN for NaN (a NaN score reaches its row).
-Halide::Expr softmax_exp(const Halide::Expr& x);
+// exp(x) for x <= 0 as used by softmax: a polynomial of degree 5 (relative error 3.8e-7 over
+// [-87, 0]), with arguments that would underflow (x <= -88, -inf) exactly 0, and NaN for NaN (a
+// NaN score reaches its row). native: by the native code that use_native_exp adds (AVX-512's
+// vscalefps applies 2^n; 11 vector ops against 17): the same polynomial, exactly 0 below -87;
+// values differ from the portable form's in the last bit at most (the product with 2^n).
+Halide::Expr softmax_exp(const Halide::Expr& x, bool native = false);
 // exp(x) for x <= 0 where the result is rounded to bf16 next (relative error 2^-9): a cubic
 // (relative error 1.0e-4) and the power of two's exponent by adding 1.5 * 2^23, which rounds to
 // an integer without a round instruction (AVX-512 has none on 16 lanes in Halide 14's x86
 // codegen: vroundps on two halves). Also 0 for x <= -88, NaN for NaN.
-// native: by the native code that use_native_exp_bf16 adds (AVX-512's vscalefps applies 2^n):
-// the same cubic, 0 below -87 and NaN for NaN; values differ from the portable form's by the
-// rounding of the reduction only (an FMA there).
+// native: by the native code that use_native_exp adds: the same cubic, 0 below -87 and NaN for
+// NaN; values differ from the portable form's by the rounding of the reduction only (an FMA
+// there).
 Halide::Expr softmax_exp_bf16(const Halide::Expr& x, bool native = false);
-// For a generator whose kernel computes the bf16 softmax: adds the native exp's code to its
-// externs (get_externs_map()) and returns true where the target has it (x86 with AVX-512).
-bool use_native_exp_bf16(const ExternsMap& externs, const Halide::Target& target);
+// For a generator whose kernel computes a softmax: adds the native exps' code to its externs
+// (get_externs_map()) and returns true where the target has it (x86 with AVX-512); the kernel's
+// softmax_exp and softmax_exp_bf16 calls may then pass native.
+bool use_native_exp(const ExternsMap& externs, const Halide::Target& target);
 
 // acc / sum, or 0 where nothing was attended (sum exactly +0); NaN sums stay NaN.
 inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) {
@@ -113,12 +117,12 @@ struct KeyBlockStats {
 // half_chunk > 0 (a divisor of block; v must then be Float(16)): P.V in half precision, with
 // products and sums of half_chunk keys at a time in f16 and those partial sums added in f32
 // (AttentionSpec::half_pv_chunk says why this stays within the f16 tolerance). prefix begins
-// the Funcs' names.
+// the Funcs' names; native_exp: softmax_exp's native form.
 KeyBlockStats define_key_block_stats(const Halide::Func& scores, const Halide::Func& v, int block,
                                      const Halide::RDom& rk, const KeyBlockVars& vars,
                                      const Halide::Expr& v_finite, int half_chunk = 0,
                                      const Halide::Func& v_scale = Halide::Func(),
-                                     const std::string& prefix = "");
+                                     const std::string& prefix = "", bool native_exp = false);
 
 // A running softmax state, or one key block's statistics: the sum of exp(score - max) * v, the
 // max and the sum of exp(score - max). A state with nothing attended yet has a masked max.
@@ -131,7 +135,8 @@ Halide::Tuple initial_softmax_state();
 
 // FlashAttention's merge of a key block into the running state, under the larger max: the
 // larger side weighs 1 and the other exp(-|difference|), one exp per element; a side with
-// nothing attended weighs 0.
-SoftmaxState online_merge(const SoftmaxState& running, const SoftmaxState& block);
+// nothing attended weighs 0. native_exp: softmax_exp's native form.
+SoftmaxState online_merge(const SoftmaxState& running, const SoftmaxState& block,
+                          bool native_exp = false);
 
 }  // namespace attngen

@@ -148,6 +148,10 @@ int variant_cmake(const Options& o) {
   if (const char* widen = row_widens_f16(t); reads_f16 && widen != nullptr) {
     signature += std::string(";") + widen;
   }
+  // A softmax kernel on a row with the native exp (row_scales_exp): its power of two too.
+  if (const char* scale = row_scales_exp(t); v.op != Op::kLinear && scale != nullptr) {
+    signature += std::string(";") + scale;
+  }
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
   cmake_set("ATTNGEN_V_TUNING_FILE", read_file && file_exists(file) ? file : "");

@@ -171,6 +171,18 @@ inline const char* row_widens_f16(const TargetRow& t) {
   return nullptr;
 }
 
+// The instruction (a CMake regex for the assembly test) by which the row's softmax kernels
+// (attention, MHA, decode) apply exp's power of two (generator/online_softmax.h, use_native_exp),
+// or nullptr where the portable form stays: AVX-512's vscalefps on the x86-64 rows whose Halide
+// target has AVX-512 (not cuda's, whose softmax runs on the GPU).
+inline const char* row_scales_exp(const TargetRow& t) {
+  if (std::strcmp(t.arch, "x86_64") == 0 && std::strstr(t.halide_target, "-avx512") != nullptr &&
+      std::strstr(t.halide_target, "-cuda") == nullptr) {
+    return "\tvscalefps[\t ]";
+  }
+  return nullptr;
+}
+
 // Lanes of one native vector of elements of `element_bytes` bytes.
 inline int lanes_of(const TargetRow& t, int element_bytes) {
   return t.vector_bytes / element_bytes;
