@@ -13,8 +13,7 @@ worktree of the old commit).
 
 import argparse
 import collections
-import csv
-import io
+import json
 import os
 import statistics
 import subprocess
@@ -22,12 +21,15 @@ import sys
 
 
 def run(build, pattern, min_time):
+    """Real time per benchmark (in its own unit), from Google Benchmark's JSON: its CSV reporter
+    aborts when the benchmarks of one run have different counters (GFLOP/s and GB/s), and a
+    benchmark that reports an error (no kernel of that kind in the build) has no time."""
     exe = os.path.join(build, "bench", "attngen_bench")
     out = subprocess.run([exe, "--benchmark_filter=" + pattern,
-                          "--benchmark_min_time=%g" % min_time, "--benchmark_format=csv"],
+                          "--benchmark_min_time=%g" % min_time, "--benchmark_format=json"],
                          capture_output=True, text=True, check=True).stdout
-    rows = csv.DictReader(io.StringIO(out[out.index("name,"):]))
-    return {r["name"]: float(r["real_time"]) for r in rows}
+    return {r["name"]: float(r["real_time"]) for r in json.loads(out)["benchmarks"]
+            if not r.get("error_occurred") and r.get("run_type", "iteration") == "iteration"}
 
 
 def main():

@@ -34,10 +34,10 @@ constexpr char kExpCode[] = "org.attngen.exp";
 // float (e^-87 > 2^-126).
 //  - f32 (the quintic): n by the magic number (an FMA and a subtraction; the IR has no fast-math
 //    flags, so nothing folds (t - M) back), r = x - n ln 2 by one FMA, five FMAs, a compare and
-//    vscalefps: 11 vector ops where the bit-pattern form takes 17 (the NaN test and blend, the
-//    conversions of n and the building of 2^n among them). No clamp: below about -6e37, or at
-//    -inf, n and r overflow to infinities or NaN in lanes whose polynomial is zeroed anyway (and
-//    vscalefps(0, -inf) is 0).
+//    vscalefps: 10 vector ops where the bit-pattern form takes 16 (the clamp, the NaN test and
+//    blend, the conversion of n and the building of 2^n among them). No clamp: below about -6e37,
+//    or at -inf, n and r overflow to infinities or NaN in lanes whose polynomial is zeroed anyway
+//    (and vscalefps(0, -inf) is 0).
 //  - bf16 (the cubic): the argument clamped at -88 (`-88 > x ? -88 : x` is vmaxps with x
 //    second, which keeps NaN), n = roundeven(x log2 e) (vrndscaleps), r by one FMA, the cubic:
 //    9 vector ops where the portable bf16 form takes 14.
@@ -67,8 +67,8 @@ std::string exp_ir(const char* name, bool f32) {
     if (f32) {
       ir += "  %t = " + fma("%x", splat(lanes, kLog2e), splat(lanes, kMagic)) + "\n";
       ir += "  %n = fsub " + vt + " %t, " + splat(lanes, kMagic) + "\n";
-      poly = "%p0";
       ir += "  %r = " + fma("%n", splat(lanes, -kLn2), "%x") + "\n";
+      poly = "%p0";
       ir +=
           "  %p0 = " + fma("%r", splat(lanes, kExpQuintic[0]), splat(lanes, kExpQuintic[1])) + "\n";
       for (int c = 2; c < 6; ++c) {

@@ -67,7 +67,7 @@ inline Halide::Expr pv_term(const Halide::Expr& prob, const Halide::Expr& value,
 // exp(x) for x <= 0 as used by softmax: a polynomial of degree 5 (relative error 3.8e-7 over
 // [-87, 0]), with arguments that would underflow (x <= -88, -inf) exactly 0, and NaN for NaN (a
 // NaN score reaches its row). native: by the native code that use_native_exp adds (AVX-512's
-// vscalefps applies 2^n; 11 vector ops against 17): the same polynomial, exactly 0 below -87;
+// vscalefps applies 2^n; 10 vector ops against 16): the same polynomial, exactly 0 below -87;
 // values differ from the portable form's in the last bit at most (the product with 2^n).
 Halide::Expr softmax_exp(const Halide::Expr& x, bool native = false);
 // exp(x) for x <= 0 where the result is rounded to bf16 next (relative error 2^-9): a cubic
