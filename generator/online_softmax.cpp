@@ -3,6 +3,7 @@
 #include <string>
 
 #include "generator/native_code.h"
+#include "schedules/target_info.h"
 
 namespace attngen {
 
@@ -165,9 +166,10 @@ Expr softmax_exp(const Expr& x, bool native) {
 }
 
 bool use_native_exp(const ExternsMap& externs, const Target& target) {
-  // (A CUDA target's kernel code runs on the GPU, where this code is not.)
-  if (target.arch != Target::X86 || !target.has_feature(Target::AVX512_Skylake) ||
-      target.has_gpu_feature()) {
+  // The table decides (row_scales_exp, which the assembly tests also ask); the feature guards a
+  // target that names fewer features than its row.
+  if (row_scales_exp(target_row(target_info(target).isa)) == nullptr ||
+      !target.has_feature(Target::AVX512_Skylake)) {
     return false;
   }
   add_native_code(externs, target, kExpCode, exp_module_ir());

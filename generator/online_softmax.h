@@ -68,7 +68,7 @@ inline Halide::Expr pv_term(const Halide::Expr& prob, const Halide::Expr& value,
 // [-87, 0]), with arguments that would underflow (x <= -88, -inf) exactly 0, and NaN for NaN (a
 // NaN score reaches its row). native: by the native code that use_native_exp adds (AVX-512's
 // vscalefps applies 2^n; 10 vector ops against 16): the same polynomial, exactly 0 below -87;
-// values differ from the portable form's in the last bit at most (the product with 2^n).
+// values differ from the portable form's by rounding only (how 2^n is applied).
 Halide::Expr softmax_exp(const Halide::Expr& x, bool native = false);
 // exp(x) for x <= 0 where the result is rounded to bf16 next (relative error 2^-9): a cubic
 // (relative error 1.0e-4) and the power of two's exponent by adding 1.5 * 2^23, which rounds to
@@ -79,7 +79,8 @@ Halide::Expr softmax_exp(const Halide::Expr& x, bool native = false);
 // there).
 Halide::Expr softmax_exp_bf16(const Halide::Expr& x, bool native = false);
 // For a generator whose kernel computes a softmax: adds the native exps' code to its externs
-// (get_externs_map()) and returns true where the target has it (x86 with AVX-512); the kernel's
+// (get_externs_map()) and returns true where the target's row has it (row_scales_exp in
+// schedules/targets.h: the x86 rows with AVX-512); the kernel's
 // softmax_exp and softmax_exp_bf16 calls may then pass native.
 bool use_native_exp(const ExternsMap& externs, const Halide::Target& target);
 
