@@ -49,8 +49,12 @@ int chunk_for_l1(int bytes_per_item, const TargetInfo& info) {
 }
 
 int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info) {
+  const auto fits = [&](int rows) {
+    return rows <= limit && rows * vectors_per_row <= info.accumulators &&
+           (rows + 1) * vectors_per_row + 1 <= info.vector_registers;
+  };
   int rows = 1;
-  while (rows * 2 <= limit && rows * 2 * vectors_per_row <= info.accumulators) rows *= 2;
+  while (fits(rows + 1)) ++rows;
   return rows;
 }
 

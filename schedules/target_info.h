@@ -37,7 +37,11 @@ inline Halide::TailStrategy tail_for(int extent, int lanes) {
 // keys (features) a pass over a chunk takes while the chunk's operands stay in L1.
 int chunk_for_l1(int bytes_per_item, const TargetInfo& info);
 
-// Largest power of two r <= limit with r * vectors_per_row <= accumulators (at least 1).
+// Rows of a register tile whose rows each take vectors_per_row accumulators, with every row
+// multiplying the same loaded vectors (one broadcast operand per row): the most rows r <= limit
+// with r * vectors_per_row <= accumulators and room left for the loaded vectors and a broadcast
+// (at least 1). Not only powers of two: 6 rows x 4 vectors at D64 on AVX-512, where 4 x 4 left a
+// third of the accumulators unused (bench/RESULTS.md, session 21).
 int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info);
 
 }  // namespace attngen

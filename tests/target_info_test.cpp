@@ -76,7 +76,10 @@ TEST(TargetInfo, LanesDivideHeadDims) {
   EXPECT_EQ(lanes_dividing(40, avx512), 8);
   EXPECT_EQ(lanes_dividing(24, avx512), 8);
   EXPECT_EQ(lanes_dividing(7, avx512), 16);            // nothing divides: native width, with a tail
-  EXPECT_EQ(rows_for_accumulators(4, 32, avx512), 4);  // 4 rows x 4 vectors = 16 <= 24
+  EXPECT_EQ(rows_for_accumulators(4, 32, avx512), 6);  // 6 rows x 4 vectors = 24 <= 24
+  EXPECT_EQ(rows_for_accumulators(4, 64, avx512), 6);
+  EXPECT_EQ(rows_for_accumulators(6, 64, avx512), 4);  // D96: 4 x 6, 6 loaded, 1 broadcast
+  // D128: 3 x 8 = 24 accumulators would leave no register for the 8 loaded vectors.
   EXPECT_EQ(rows_for_accumulators(8, 32, avx512), 2);
   EXPECT_EQ(rows_for_accumulators(1, 4, avx512), 4);  // capped by the limit
 }
