@@ -151,7 +151,8 @@ int describe(int argc, char** argv) {
   j["vector_lanes"] = lanes_of(*t, dtype_bytes(v.dtype));
   j["vector_registers"] = t->vector_registers;
   j["accumulators"] = t->accumulators;
-  j["long_keys"] = kLongKeys;  // dispatch: the key-block form serves longer key sequences
+  // Dispatch: the key-block form serves longer key sequences (a causal kernel's threshold).
+  j["long_keys"] = long_keys(v.mask == MaskKind::kCausal);
   std::cout << j.dump(2) << "\n";
   return 0;
 }

@@ -138,10 +138,15 @@ inline const TargetRow& target_row(Isa isa) {
 
 // Dispatch between the forms of attention kernels of one ISA (runtime/src/registry.cpp): above
 // this many keys a kernel built with KEY_BLOCK beats the default form, whose whole score rows of
-// a query tile (query_tile x Skv floats) no longer stay in L2. Measured on AVX-512 with K/V
-// packed per head (bench/RESULTS.md, "Measurements behind the code's choices").
+// a query tile (query_tile x Skv floats) no longer stay in L2. A causal tile visits only the
+// keys up to its last row, half a row on average, so its rows stay in L2 twice as long.
+// Measured on AVX-512 with K/V packed per head, against the variant list's key blocks (512
+// dense, 256 causal): dense S2048 equal, S2560-S4608 the key blocks 0.89-0.97 of the rows' time;
+// causal S2560-S3072 the rows 0.95-1.0, S4096 equal (bench/RESULTS.md, session 22).
 // bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
-inline constexpr long long kLongKeys = 4096;
+inline constexpr long long kLongKeys = 2048;
+inline constexpr long long kLongKeysCausal = 4096;
+inline constexpr long long long_keys(bool causal) { return causal ? kLongKeysCausal : kLongKeys; }
 
 // Whether a row builds kernels of element type `dtype` ("f32"; its `dtypes`).
 inline bool row_builds(const TargetRow& t, const char* dtype) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attngen/kernel.h"
+#include "schedules/targets.h"
 #include "tests/attention_tester.h"
 #include "tests/shapes.h"
 
@@ -247,15 +248,32 @@ TEST(AttentionDispatch, ForcedIsa) {
   EXPECT_STREQ(best->isa, attngen_isa());
 }
 
-// The row form for short key sequences, an explicit key-block kernel for long ones; a kernel
-// with a log-sum-exp output serves a call that wants only the weights.
+// The explicit key block of the kernel the last call ran: 0 for the row form.
+int32_t last_requested_key_block() {
+  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+  return k != nullptr ? k->requested_key_block : -1;
+}
+
+// The row form up to attngen::long_keys() keys (causal: more), an explicit key-block kernel
+// beyond; a kernel with a log-sum-exp output serves a call that wants only the weights.
 TEST(AttentionDispatch, FormFollowsKeyLength) {
   AttentionTester().batch(1).heads(2, 2).seq(40, 300).head_dim(64).Test();
-  EXPECT_EQ(std::string(attngen_last_kernel()).find("_kb"), std::string::npos)
-      << attngen_last_kernel();
-  AttentionTester().batch(1).heads(1, 1).seq(9, 4500).head_dim(64).Test();
-  EXPECT_NE(std::string(attngen_last_kernel()).find("_kb128"), std::string::npos)
-      << attngen_last_kernel();
+  EXPECT_EQ(last_requested_key_block(), 0) << attngen_last_kernel();
+  for (const bool causal : {false, true}) {
+    const int64_t limit = attngen::long_keys(causal);
+    for (const int64_t skv : {limit, limit + 1}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "dense") + ", Skv " + std::to_string(skv));
+      AttentionTester t;
+      t.batch(1).heads(1, 1).seq(9, skv).head_dim(64);
+      if (causal) t.causal();
+      t.Test();
+      if (skv > limit) {
+        EXPECT_GT(last_requested_key_block(), 0) << attngen_last_kernel();
+      } else {
+        EXPECT_EQ(last_requested_key_block(), 0) << attngen_last_kernel();
+      }
+    }
+  }
   AttentionTester().batch(1).heads(2, 1).seq(33, 47).head_dim(64).weights().Test();
   EXPECT_NE(std::string(attngen_last_kernel()).find("_p_lse"), std::string::npos)
       << attngen_last_kernel();

@@ -83,7 +83,8 @@ std::string isa_names() {
 int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {
   if (q.op != ATTNGEN_OP_ATTENTION) return 0;
   const int no_extra_output = (k.lse != 0) == q.lse ? 2 : 0;
-  return no_extra_output + ((k.requested_key_block > 0) == (q.seq_kv > kLongKeys) ? 1 : 0);
+  const bool long_sequence = q.seq_kv > long_keys(q.mask == ATTNGEN_MASK_CAUSAL);
+  return no_extra_output + ((k.requested_key_block > 0) == long_sequence ? 1 : 0);
 }
 
 // Whether attngen_set_isa(forced) admits kernels of `isa`: its own, and those of the base ISA an
