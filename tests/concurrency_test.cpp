@@ -27,8 +27,10 @@
 #include <thread>
 #include <vector>
 
+#include "HalideRuntime.h"
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "runtime/src/block_cache.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -456,11 +458,13 @@ TEST(Resources, ManyLayerCacheCommitsNoBookkeeping) {
 
 // 16 threads run calls of shapes of their own, F16 ones through F32 copies where no F16 kernel
 // takes them (2 to 16 MiB each), on a pool of 8 threads, and wait until all have: each thread's
-// scratch cache holds at most 16 MiB meanwhile; once they exit their caches are gone (mapped
-// pages, unmapped), and attngen_release_memory() also gives back the caches of the pool's
-// threads. Measured on the 2-core dev machine, before the caches were bounded (256 MiB per
+// scratch cache holds at most 16 MiB meanwhile, and the process's reserve at most two blocks of
+// a larger class (32 MiB here); once they exit their caches are gone (mapped pages, unmapped),
+// and attngen_release_memory() also gives back the caches of the pool's threads and the
+// reserve. Measured on the 2-core dev machine, before the caches were bounded (256 MiB per
 // thread) and attngen_release_memory() existed: +661-672 MiB with the 16 threads alive, +28-31
-// MiB once they exited, and nothing to give those back; now +130-133, +47-49 and +0 MiB.
+// MiB once they exited, and nothing to give those back; then +130-133, +47-49 and +0 MiB; with
+// the reserve +162-166, +81-89 and +1 MiB.
 TEST(Resources, ThreadScratchBoundedAndReleased) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under AddressSanitizer the kernels' scratch comes from its malloc, not the "
@@ -521,13 +525,70 @@ TEST(Resources, ThreadScratchBoundedAndReleased) {
       "+%lld MiB after attngen_release_memory()\n",
       static_cast<long long>(alive / kMiB), kThreads, static_cast<long long>(exited / kMiB),
       static_cast<long long>(released / kMiB));
-  // 16 MiB of cache per thread, the callers' and the pool's, and 64 MiB of slack for the rest
-  // (code pages, malloc's arenas).
-  EXPECT_LT(alive, (kThreads + kPool) * 16 * kMiB + 64 * kMiB);
-  EXPECT_LT(exited, kPool * 16 * kMiB + 64 * kMiB);
+  // 16 MiB of cache per thread, the callers' and the pool's, the reserve's blocks of the class
+  // of 16 MiB, and 64 MiB of slack for the rest (code pages, malloc's arenas).
+  const int64_t reserve = static_cast<int64_t>(block_cache::kMaxReservedBlocks) * 32 * kMiB;
+  EXPECT_LT(alive, (kThreads + kPool) * 16 * kMiB + reserve + 64 * kMiB);
+  EXPECT_LT(exited, kPool * 16 * kMiB + reserve + 64 * kMiB);
   // (What stays is the code and data pages the calls touched: 20 MiB measured with every kernel
   // of the ci build linked, against the 75 MiB or more of caches it released.)
   EXPECT_LT(released, 32 * kMiB);
+#endif
+}
+
+// Scratch blocks of a class above a thread's budget go to the process's reserve (at most
+// kMaxReservedBlocks, kMaxReservedBytes) and come back to the next allocation of their class
+// instead of being mapped and faulted in again; attngen_release_memory() frees them.
+TEST(Resources, LargeScratchReservedAndReleased) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer the kernels' scratch comes from its malloc, not the "
+                  "block cache";
+#else
+  namespace bc = attngen::block_cache;
+  const auto reserved = [] {
+    bc::ReserveLock lock(bc::g_reserve);
+    return bc::g_reserve.cache.count;
+  };
+  ASSERT_EQ(attngen_release_memory(), ATTNGEN_OK);
+  EXPECT_EQ(reserved(), 0u);
+  const size_t big = bc::kMaxCachedBytes;  // with its header, a class twice a thread's budget
+  void* first = bc::allocate(nullptr, big);
+  ASSERT_NE(first, nullptr);
+  std::memset(first, 1, big);
+  bc::release(nullptr, first);
+  EXPECT_EQ(reserved(), 1u);
+  void* again = bc::allocate(nullptr, big);
+  EXPECT_EQ(again, first) << "the reserved block is handed out again";
+  EXPECT_EQ(reserved(), 0u);
+  std::vector<void*> blocks{again};
+  for (size_t i = 0; i < bc::kMaxReservedBlocks; ++i) {
+    blocks.push_back(bc::allocate(nullptr, big));
+    ASSERT_NE(blocks.back(), nullptr);
+  }
+  for (void* p : blocks) bc::release(nullptr, p);
+  EXPECT_EQ(reserved(), bc::kMaxReservedBlocks) << "the oldest go back to the system";
+  if (sizeof(void*) == 8) {  // a class past the reserve's bytes (512 MiB of address space)
+    void* huge = bc::allocate(nullptr, bc::kMaxReservedBytes);
+    ASSERT_NE(huge, nullptr);
+    bc::release(nullptr, huge);
+    EXPECT_EQ(reserved(), bc::kMaxReservedBlocks) << "a class past the reserve is not kept";
+  }
+  ASSERT_EQ(attngen_release_memory(), ATTNGEN_OK);
+  EXPECT_EQ(reserved(), 0u);
+
+  // Through Halide's allocator, which the runtime's calls install: what a kernel's halide_malloc
+  // of a block past the budget gets (the MHA kernel's projections at B4 S512 E768: 18 MiB).
+  std::mt19937_64 rng(fresh_seed());
+  AnyTensor x(ATTNGEN_F32, {1, 3, 8}, 0), w(ATTNGEN_F32, {5, 8}, 0), y(ATTNGEN_F32, {1, 3, 5}, 0);
+  x.fill_random(rng, -1, 1);
+  w.fill_random(rng, -1, 1);
+  ASSERT_EQ(attngen_linear(&x.t(), &w.t(), nullptr, &y.t()), ATTNGEN_OK) << attngen_last_error();
+  void* kernel_block = halide_malloc(nullptr, big);
+  ASSERT_NE(kernel_block, nullptr);
+  halide_free(nullptr, kernel_block);
+  EXPECT_EQ(reserved(), 1u) << "a kernel's block past the budget is kept for the next call";
+  ASSERT_EQ(attngen_release_memory(), ATTNGEN_OK);
+  EXPECT_EQ(reserved(), 0u);
 #endif
 }
 

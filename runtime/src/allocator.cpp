@@ -12,7 +12,8 @@
 // "Measurements behind the code's choices").
 //
 // Each thread's cache is bounded (block_cache.h: at most 16 blocks and 16 MiB) and freed when the
-// thread exits, or by attngen_release_memory() on the thread that calls it (threads.cpp).
+// thread exits, or by attngen_release_memory() on the thread that calls it (threads.cpp), which
+// also frees the process's reserve of larger blocks (at most 2 and 256 MiB).
 //
 // Workspaces. Every kernel run passes its CallContext as Halide's user_context, which reaches
 // halide_malloc on whichever thread runs a task; the task hooks below (Halide's do_task,
@@ -367,6 +368,7 @@ void scratch_release(void* p) { heap_release(p); }
 void release_thread_scratch() {
 #if !defined(__SANITIZE_ADDRESS__)
   block_cache::release_all();
+  block_cache::release_reserve();
 #endif
 }
 

@@ -261,7 +261,8 @@ class KernelRunScope {
   KernelRunScope& operator=(const KernelRunScope&) = delete;
 };
 
-// Frees the calling thread's cached scratch blocks (allocator.cpp).
+// Frees the calling thread's cached scratch blocks, and the process's reserve of blocks above
+// a thread's budget (allocator.cpp).
 void release_thread_scratch();
 
 }  // namespace attngen::rt
