@@ -525,8 +525,9 @@ TEST(Resources, ThreadScratchBoundedAndReleased) {
       "+%lld MiB after attngen_release_memory()\n",
       static_cast<long long>(alive / kMiB), kThreads, static_cast<long long>(exited / kMiB),
       static_cast<long long>(released / kMiB));
-  // 16 MiB of cache per thread, the callers' and the pool's, the reserve's blocks of the class
-  // of 16 MiB, and 64 MiB of slack for the rest (code pages, malloc's arenas).
+  // 16 MiB of cache per thread, the callers' and the pool's, the reserve's blocks (of 32 MiB, the
+  // class of the calls' 16 MiB copies), and 64 MiB of slack for the rest (code pages, malloc's
+  // arenas).
   const int64_t reserve = static_cast<int64_t>(block_cache::kMaxReservedBlocks) * 32 * kMiB;
   EXPECT_LT(alive, (kThreads + kPool) * 16 * kMiB + reserve + 64 * kMiB);
   EXPECT_LT(exited, kPool * 16 * kMiB + reserve + 64 * kMiB);

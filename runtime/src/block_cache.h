@@ -10,12 +10,12 @@
 // process instead, at most kMaxReservedBlocks of them and kMaxReservedBytes, freed by
 // release_reserve() (attngen_release_memory()): without it every such call mapped and faulted
 // its block in again (the MHA layer B4 S512 E768 7-11% slower on 2 threads, bench/RESULTS.md).
-// Blocks of kMapClass bytes and more
-// are mapped pages of their own, so what the cache gives back leaves the process at once instead
-// of staying behind in malloc's per-thread arenas. The bound costs the kernels nothing measurable
-// (their per-task blocks are a few MiB at most): medians of 15 calls, 1 thread, 3 alternating
-// runs on the loaded 2-core dev machine, before -> after: causal B1 H2 S2048 D64 19.6-22.9 ->
-// 21.7-22.2 ms, dense 38.5-40.0 -> 39.0-41.4 ms, causal B4 H8 S512 22.0-24.2 -> 23.8-24.3 ms.
+// Blocks of kMapClass bytes and more are mapped pages of their own, so what the cache gives back
+// leaves the process at once instead of staying behind in malloc's per-thread arenas. The bound
+// costs the kernels nothing measurable (their per-task blocks are a few MiB at most): medians of 15
+// calls, 1 thread, 3 alternating runs on the loaded 2-core dev machine, before -> after: causal B1
+// H2 S2048 D64 19.6-22.9 -> 21.7-22.2 ms, dense 38.5-40.0 -> 39.0-41.4 ms, causal B4 H8
+// S512 22.0-24.2 -> 23.8-24.3 ms.
 #pragma once
 
 #include <cstddef>
