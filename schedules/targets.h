@@ -144,9 +144,7 @@ inline const TargetRow& target_row(Isa isa) {
 // dense, 256 causal): dense S2048 equal, S2560-S4608 the key blocks 0.89-0.97 of the rows' time;
 // causal S2560-S3072 the rows 0.95-1.0, S4096 equal (bench/RESULTS.md, session 22).
 // bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
-inline constexpr long long kLongKeys = 2048;
-inline constexpr long long kLongKeysCausal = 4096;
-inline constexpr long long long_keys(bool causal) { return causal ? kLongKeysCausal : kLongKeys; }
+inline constexpr long long long_keys(bool causal) { return causal ? 4096 : 2048; }
 
 // Whether a row builds kernels of element type `dtype` ("f32"; its `dtypes`).
 inline bool row_builds(const TargetRow& t, const char* dtype) {

@@ -528,7 +528,8 @@ TEST(Resources, ThreadScratchBoundedAndReleased) {
   // 16 MiB of cache per thread, the callers' and the pool's, the reserve's blocks (of 32 MiB, the
   // class of the calls' 16 MiB copies), and 64 MiB of slack for the rest (code pages, malloc's
   // arenas).
-  const int64_t reserve = static_cast<int64_t>(block_cache::kMaxReservedBlocks) * 32 * kMiB;
+  const int64_t reserve =
+      static_cast<int64_t>(block_cache::kMaxReservedBlocks * block_cache::class_of(16 * kMiB));
   EXPECT_LT(alive, (kThreads + kPool) * 16 * kMiB + reserve + 64 * kMiB);
   EXPECT_LT(exited, kPool * 16 * kMiB + reserve + 64 * kMiB);
   // (What stays is the code and data pages the calls touched: 20 MiB measured with every kernel
