@@ -24,11 +24,14 @@ namespace {
 constexpr int kScoreRows = 4;
 
 // g's reduction over `loops` (innermost first) as `lanes` partial results per row, combined once
-// at the end: the per-key work is one vertical op per vector of keys. The partial results of all
-// the tile's rows are updated in turn, a vector of keys each (a running vector per row carried
-// through the key loop was split by LLVM into scalars, a dozen shuffles per vector).
+// at the end: the per-key work is one vertical op per vector of keys. With row_outermost each
+// row's partial runs over all its keys in one register; otherwise the partials of all the tile's
+// rows are updated in turn, a vector of keys each, each a load and a store (on Zen 4 the row max
+// and sum took 15% of the avx512bf16 dense kernel's time that way, 3% row outermost;
+// bench/RESULTS.md). The amx kernels keep the second order: not measured with the first (no CPU
+// with AMX at hand when it changed).
 void vertical_row_reduction(Func g, const Var& row, const std::vector<RVar>& loops, int lanes,
-                            Func at, const Var& task) {
+                            Func at, const Var& task, bool row_outermost) {
   RVar ro("ro"), rl("rl");
   Var u("u");
   Func partial = g.update().split(loops[0], ro, rl, lanes).rfactor(rl, u);
@@ -38,8 +41,10 @@ void vertical_row_reduction(Func g, const Var& row, const std::vector<RVar>& loo
     if (v.name() != u.name()) storage.push_back(v);
   }
   partial.compute_at(at, task).reorder_storage(storage).vectorize(u);
-  std::vector<VarOrRVar> order{u, row, ro};
+  std::vector<VarOrRVar> order{u, ro};
+  if (!row_outermost) order.push_back(row);
   order.insert(order.end(), loops.begin() + 1, loops.end());
+  if (row_outermost) order.push_back(row);
   partial.update().reorder(order).vectorize(u);
 }
 
@@ -82,13 +87,13 @@ struct TileFuncs {
 // the input took address arithmetic in the inner loop); the row statistics vertical over vectors
 // of keys, then across the 16 lanes once per row; P in bf16 straight from the scores (the f32
 // probs inline), one pass.
-void schedule_pairs_softmax(const AttentionFuncs& f, const TargetInfo& info,
-                            const TileFuncs& tile) {
+void schedule_pairs_softmax(const AttentionFuncs& f, const TargetInfo& info, const TileFuncs& tile,
+                            bool row_outermost) {
   const int lanes = info.f32_lanes;
   tile.queries(f.q).vectorize(f.d, 2 * lanes, TailStrategy::GuardWithIf);
   for (Func g : {f.row_max, f.row_sum}) {
     tile.rows(g);
-    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, tile.out, tile.task);
+    vertical_row_reduction(g, f.qi, f.rj_loops, lanes, tile.out, tile.task, row_outermost);
   }
   tile.queries(f.probs_bf16).vectorize(f.j, lanes);
 }
@@ -109,7 +114,7 @@ void schedule_attention_bf16_pairs(AttentionFuncs f, const AttentionSpec& spec,
 
   pack_kv_pairs(f, spec, info, head);
   const TileFuncs tile{out, task, f, t.query_tile};
-  schedule_pairs_softmax(f, info, tile);
+  schedule_pairs_softmax(f, info, tile, true);
 
   // q.k: key_tile vectors of 16 keys x kScoreRows rows of accumulators over Dqk / 2 pair steps.
   const int key_vectors = std::max(1, t.key_tile);
@@ -226,7 +231,7 @@ void schedule_attention_amx(AttentionFuncs f, const AttentionSpec& spec, const T
   const Var head = schedule_row_form_output(f, spec, info, t, task);
   pack_kv_pairs(f, spec, info, head);
   const TileFuncs tile{out, task, f, t.query_tile};
-  schedule_pairs_softmax(f, info, tile);
+  schedule_pairs_softmax(f, info, tile, false);
   // A 16 x 16 tile of `g` in AMX, computed per tile of its copy `copy` (x, y the tile's dims,
   // x innermost), its update's reduction one pair a step: the pair innermost, then the tile,
   // then the reduction's other loops (`steps`, innermost first).
