@@ -168,8 +168,9 @@ inline KernelQuery layer_query(attngen_op op, attngen_dtype dtype) {
 // The avx512bf16 kernels halve the FMA kernels' product instructions and add the rounding of
 // P to bf16: they are faster only where the dot products do more multiply-adds a second. Seen:
 // 0.52 on a Sapphire-Rapids-class Xeon VM (108 against 211 GFLOP/s on one core; the kernels
-// 1.45x slower than avx512's bf16 kernels, which convert to f32); not measured on the Zen 5 EPYC
-// VM where the kernels ran 1.55x faster than f32.
+// 1.45x slower than avx512's bf16 kernels, which convert to f32); 2.02 on a Zen 4 EPYC VM (the
+// kernels 1.79x faster than f32 there); not measured on the Zen 5 EPYC VM where they ran 1.55x
+// faster than f32.
 double bf16_dot_rate();
 constexpr double kBf16DotRateThatPays = 1.25;
 // Whether an extension ISA's kernels (attngen::TargetRow::extends) are preferred to its base's
