@@ -27,7 +27,7 @@ constexpr int kScoreRows = 4;
 // at the end: the per-key work is one vertical op per vector of keys. With row_outermost each
 // row's partial runs over all its keys in one register; otherwise the partials of all the tile's
 // rows are updated in turn, a vector of keys each, each a load and a store (on Zen 4 the row max
-// and sum took 15% of the avx512bf16 dense kernel's time that way, 3% row outermost;
+// and sum took 15% of the avx512bf16 dense kernel's time that way, 5.5% row outermost;
 // bench/RESULTS.md). The amx kernels keep the second order: not measured with the first (no CPU
 // with AMX at hand when it changed).
 void vertical_row_reduction(Func g, const Var& row, const std::vector<RVar>& loops, int lanes,
