@@ -92,6 +92,8 @@ struct DecodeFuncs {
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
+  // The cache's K and V buffers (set by the generator, for schedules that prefetch them).
+  Halide::ImageParam k_cache, v_cache;
 };
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in);

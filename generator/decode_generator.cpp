@@ -2,7 +2,10 @@
 // grouped-query, with split-KV so that one query uses every core (generator/decode_algorithm.h).
 // Head dims and the cached element type are compile-time (the variant); B, Sq, Hq, Hkv (any ratio),
 // the slots, the ring capacity, the window and the split size are run-time.
+#include <memory>
+
 #include "generator/decode_algorithm.h"
+#include "generator/native_code.h"
 #include "generator/online_softmax.h"
 #include "generator/plan.h"
 #include "schedules/schedule.h"
@@ -115,11 +118,22 @@ class Decode : public Generator<Decode> {
     f.out.compute_inline();
     attngen::DecodeFuncs fs = f;
     fs.out = *out;
+    fs.k_cache = *k;
+    fs.v_cache = *v;
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
+    if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
+      attngen::add_prefetch_l2(get_externs_map(), get_target());
+      slot_prefetch_.reset(attngen::whole_slot_prefetch_pass(spec, k->name()));
+    }
+  }
+
+  void schedule() {
+    if (slot_prefetch_) get_pipeline().add_custom_lowering_pass(slot_prefetch_.release());
   }
 
  private:
   attngen::KernelVariant v_;
+  std::unique_ptr<Halide::Internal::IRMutator> slot_prefetch_;
 };
 
 }  // namespace

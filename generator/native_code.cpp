@@ -73,6 +73,17 @@ void add_amx_tile_zero(const ExternsMap& externs, const Halide::Target& target) 
                       "attributes #0 = { alwaysinline nounwind }\n");
 }
 
+void add_prefetch_l2(const ExternsMap& externs, const Halide::Target& target) {
+  add_native_code(externs, target, "org.attngen.prefetch_l2",
+                  std::string("define weak_odr hidden i32 @") + kPrefetchL2 +
+                      "(i8* %base, i64 %offset) #0 {\n"
+                      "  %p = getelementptr i8, i8* %base, i64 %offset\n"
+                      "  call void @llvm.prefetch.p0i8(i8* %p, i32 0, i32 2, i32 1)\n"
+                      "  ret i32 0\n}\n"
+                      "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)\n"
+                      "attributes #0 = { alwaysinline nounwind }\n");
+}
+
 std::string ir_float(float value) {
   const double d = value;
   uint64_t bits = 0;

@@ -170,6 +170,7 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
       add("key_tile", t.key_tile);
       add("pv_rows", t.pv_rows);
       add("row_tile", t.row_tile);
+      add("prefetch_slots", t.prefetch_slots);
       break;
     }
   }

@@ -58,11 +58,13 @@
 // kernel is compute-bound from L2 and L3 alike.
 #include <algorithm>
 
+#include "generator/native_code.h"
 #include "schedules/schedule.h"
 
 namespace attngen {
 
 using namespace Halide;
+using namespace Halide::Internal;
 
 namespace {
 
@@ -74,7 +76,64 @@ int divisor_at_most(int n, int limit) {
   return 1;
 }
 
+// Halide 14 lowers a prefetch of a box into a loop of prefetchnta whose offsets step by 64
+// elements (the cache line's bytes taken as elements: every 4th line of an f32 box), over the box
+// of the buffer the loop reads, which for q.k is the K half of a slot only. This pass replaces
+// each prefetch of the cache's K buffer by prefetches into L2 (native_code.h) of every cache line
+// of the whole slot from the box's start: its K, then its V (the storage layout,
+// decode_algorithm.h). A prefetch faults on no address, so a V view elsewhere would only make it
+// useless.
+class WholeSlotPrefetch : public IRMutator {
+ public:
+  WholeSlotPrefetch(std::string cache, int element_bytes, int slot_bytes)
+      : cache_(std::move(cache)), element_bytes_(element_bytes), slot_bytes_(slot_bytes) {}
+  using IRMutator::visit;
+
+ private:
+  static constexpr int kLineBytes = 64;
+
+  bool is_cache_prefetch(const Stmt& s) const {
+    const Evaluate* e = s.as<Evaluate>();
+    const Call* c = e != nullptr ? e->value.as<Call>() : nullptr;
+    if (c == nullptr || !c->is_intrinsic(Call::prefetch) || c->args.empty()) return false;
+    const Variable* buffer = c->args[0].as<Variable>();
+    return buffer != nullptr && buffer->name == cache_;
+  }
+
+  // The split loops of the box: their first iteration is the box's start.
+  Stmt visit(const For* op) override {
+    if (op->name.rfind("prefetch_split_" + cache_ + ".", 0) == 0) {
+      const Stmt body = mutate(substitute(op->name, make_zero(Int(32)), op->body));
+      if (body.as<For>() != nullptr && body.as<For>()->name == line_var()) return body;
+    }
+    return IRMutator::visit(op);
+  }
+
+  Stmt visit(const Evaluate* op) override {
+    if (!is_cache_prefetch(op)) return IRMutator::visit(op);
+    const Call* c = op->value.as<Call>();
+    const Var line(line_var());
+    // The box's start in bytes, plus the line's: a displacement of one address per line.
+    const Expr offset =
+        cast<int64_t>(c->args[1]) * element_bytes_ + cast<int64_t>(line) * kLineBytes;
+    const int lines = (slot_bytes_ + kLineBytes - 1) / kLineBytes;
+    return For::make(
+        line.name(), 0, lines, ForType::Serial, DeviceAPI::None,
+        Evaluate::make(Call::make(Int(32), kPrefetchL2, {c->args[0], offset}, Call::Extern)));
+  }
+
+  std::string line_var() const { return "prefetch_slot_" + cache_ + ".line"; }
+
+  std::string cache_;
+  int element_bytes_, slot_bytes_;
+};
+
 }  // namespace
+
+IRMutator* whole_slot_prefetch_pass(const DecodeSpec& spec, const std::string& k_buffer) {
+  const int bytes = spec.kv_type.bytes();
+  return new WholeSlotPrefetch(k_buffer, bytes, (spec.head_dim_qk + spec.head_dim_v) * bytes);
+}
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t) {
@@ -143,6 +202,12 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       .vectorize(rdi)
       .unroll(r, rows, round)
       .unroll(si);
+  // Software prefetch of the whole slot (its K and its V) prefetch_slots keys ahead of q.k:
+  // Halide's prefetch of K's box there, made a prefetch of every line of the slot by
+  // whole_slot_prefetch_pass (which the generator adds to the pipeline).
+  if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+    dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
+  }
   const int d_vectors = spec.head_dim_qk / qk_lanes;
   dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
   dot_rf.vectorize(u).unroll(r);

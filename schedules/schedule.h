@@ -93,6 +93,12 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
 
 void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
                      bool autoscheduled, const DecodeTunables& tunables);
+// The CPU schedule's prefetch ahead of q.k (DecodeTunables::prefetch_slots) covers a slot's K
+// only as Halide 14 lowers it: this lowering pass makes it a prefetch of every cache line of the
+// slot, K and V. Add it to the pipeline of a decode kernel whose tunables have prefetch_slots > 0
+// (k_buffer: the name of the cache's K input); returns the pass (owned by the pipeline).
+Halide::Internal::IRMutator* whole_slot_prefetch_pass(const DecodeSpec& spec,
+                                                      const std::string& k_buffer);
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t);

@@ -38,6 +38,7 @@ struct DecodeTunables {
   int pv_rows = 0;       // rows per register tile of the probs.v product (CPU; divides row_tile)
   int row_tile = 0;      // rows per tile of a key block, sharing each converted vector of K (CPU)
   int stage_block = -1;  // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
+  int prefetch_slots = -1;  // q.k prefetches the slot (K and V) this many keys ahead; 0: none (CPU)
 };
 
 template <typename T>
@@ -65,6 +66,7 @@ inline constexpr TunableField<DecodeTunables> kDecodeTunables[] = {
     {"key_tile", &DecodeTunables::key_tile},
     {"pv_rows", &DecodeTunables::pv_rows},
     {"row_tile", &DecodeTunables::row_tile},
-    {"stage_block", &DecodeTunables::stage_block}};
+    {"stage_block", &DecodeTunables::stage_block},
+    {"prefetch_slots", &DecodeTunables::prefetch_slots}};
 
 }  // namespace attngen
