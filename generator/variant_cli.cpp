@@ -1,6 +1,7 @@
 #include "generator/variant_cli.h"
 
 #include <sys/stat.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -151,6 +152,15 @@ int variant_cmake(const Options& o) {
   // A softmax kernel on a row with the native exp (row_scales_exp): its power of two too.
   if (const char* scale = row_scales_exp(t); v.op != Op::kLinear && scale != nullptr) {
     signature += std::string(";") + scale;
+  }
+  // A decode kernel on a row that prefetches the cache (row_prefetches_slots), unless its
+  // tunables turn that off: the prefetch too.
+  const bool no_prefetch = std::any_of(tunables.begin(), tunables.end(), [](const Tunable& x) {
+    return x.name == "prefetch_slots" && x.value == 0;
+  });
+  if (const char* prefetch = row_prefetches_slots(t);
+      v.op == Op::kDecode && !no_prefetch && prefetch != nullptr) {
+    signature += std::string(";") + prefetch;
   }
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);

@@ -313,9 +313,11 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   // Blocks are read where they are in the cache (cpu_decode.cpp: the copy of each block before
   // use, once faster for f32 caches, measured 1.1-1.6x slower on a Sapphire-Rapids-class VM).
   if (t.stage_block < 0) t.stage_block = 0;
-  // x86: q.k prefetches the slot prefetch_slots keys ahead, its K and its V (cpu_decode.cpp).
+  // x86 CPUs: q.k prefetches the slot prefetch_slots keys ahead, its K and its V into L2
+  // (cpu_decode.cpp); unmeasured on ARM, where the hardware's prefetchers are left alone.
   if (t.prefetch_slots < 0) {
-    t.prefetch_slots = target.arch == Halide::Target::X86 ? kCpuDecodePrefetchSlots : 0;
+    t.prefetch_slots =
+        target.arch == Halide::Target::X86 && info.isa != Isa::kCuda ? kCpuDecodePrefetchSlots : 0;
   }
   return t;
 }

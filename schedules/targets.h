@@ -186,6 +186,16 @@ inline const char* row_scales_exp(const TargetRow& t) {
   return nullptr;
 }
 
+// The instruction (a CMake regex for the assembly test) by which the row's decode kernels
+// prefetch the cache's slots ahead of q.k (DecodeTunables::prefetch_slots, on by default on the
+// x86-64 CPU rows: schedules/schedule.cpp), or nullptr where they do not.
+inline const char* row_prefetches_slots(const TargetRow& t) {
+  if (std::strcmp(t.arch, "x86_64") == 0 && std::strstr(t.halide_target, "-cuda") == nullptr) {
+    return "\tprefetcht1[\t ]";
+  }
+  return nullptr;
+}
+
 // Lanes of one native vector of elements of `element_bytes` bytes.
 inline int lanes_of(const TargetRow& t, int element_bytes) {
   return t.vector_bytes / element_bytes;
