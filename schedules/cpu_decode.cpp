@@ -25,6 +25,17 @@
 //    Sapphire-Rapids-class one (64-key blocks copied against 128-key blocks read in place,
 //    bench/RESULTS.md "Decode: blocks read in place"), where the 64 KiB copy does not fit the
 //    48 KiB L1 and no load is in flight while a block is computed.
+//  - On x86, q.k prefetches the whole slot prefetch_slots (16) keys ahead, its K and its V,
+//    into L2 (prefetcht1: whole_slot_prefetch_pass below). A block's K halves are read in one
+//    pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a 2-core
+//    Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a streaming read
+//    (9 against 23 GB/s, one thread), and prefetching each whole slot ahead brought it to 0.7-1.0.
+//    The kernels (bench/RESULTS.md, 2 threads): 1.3-1.8x faster over DRAM-sized caches and those
+//    of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the L3-resident f32 decode
+//    unchanged to 1.1x slower. Tried: prefetcht0 (into L1) 1.5x slower than prefetcht1 over
+//    DRAM on one thread, prefetcht2 within 5%; 4 or 8 keys ahead mixed (the f32 cache up to
+//    1.14x faster at 4, f16 and bf16 up to 1.45x slower), 32 no faster; every other line only
+//    (leaving the rest to the L2's adjacent-line fetch) 1.2-2x slower.
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
 // Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
@@ -40,22 +51,28 @@
 // iteration (no better), the block copy for f16/bf16/i8 (1.1-1.35x slower on one thread). Also
 // dropped, on the Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch
 // of the K and V buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and
-// decode ran 4x slower), and, over an f16 cache, V widened without its NaN/infinity test where
-// v_finite holds (8-13% slower, 3 alternating pairs). Also dropped there (bench/RESULTS.md, "Decode
-// on Sapphire Rapids: where the time goes"): q.k for 4 keys at a time with their horizontal sums
-// done as one reduction tree (a VectorReduce of 4 keys x 16 lanes to 4 lanes; 10 shuffles and 5
-// adds per 4 keys and row against 4 x 8 ops) gave f32 1.21x and f16/bf16 1.05x slower, i8 no
-// faster; stage_block = 1 for f16, bf16 and i8 caches (whole 128-key blocks, 32 KiB for i8) was
-// 1.21-1.29x slower: the 16- and 8-bit caches are compute-bound there, but neither by the
-// horizontal sums nor (a prototype with q.k as 16-bit integer dot products, vpmaddwd/vpdpwssd:
-// 2-7% faster) by q.k's conversions and FMAs; nor by the FMA chains of q.k (two independent
-// chains per (key, row), a second rfactor over even and odd vectors of the head dim: 1.01-1.02x,
-// no faster), nor by V's scale multiplied into P.V per (key, row) (now a stage of its own,
-// probs_scaled: no faster either), nor by q.k's horizontal sums of a key's 4 rows done as one
-// reduction tree (the rows vectorised in dot's update: 6 vpermt2ps and a few adds for 4 sums,
-// 0.95-1.02x). Measured alone (bench/RESULTS.md, "Where the decode time goes"), q.k's loop runs
-// near its L2 compute rate and pays L3's latency on top, and P.V is at its port limit: the i8
-// kernel is compute-bound from L2 and L3 alike.
+// decode ran 4x slower; the prefetch per key above is another thing), and, over an f16 cache, V
+// widened without its NaN/infinity test where v_finite holds (8-13% slower, 3 alternating pairs).
+// Also dropped there (bench/RESULTS.md, "Decode on Sapphire Rapids: where the time goes"): q.k for
+// 4 keys at a time with their horizontal sums done as one reduction tree (a VectorReduce of 4 keys
+// x 16 lanes to 4 lanes; 10 shuffles and 5 adds per 4 keys and row against 4 x 8 ops) gave
+// f32 1.21x and f16/bf16 1.05x slower, i8 no faster; stage_block = 1 for f16, bf16 and i8 caches
+// (whole 128-key blocks, 32 KiB for i8) was 1.21-1.29x slower: the 16- and 8-bit caches are
+// compute-bound there, but neither by the horizontal sums nor (a prototype with q.k as 16-bit
+// integer dot products, vpmaddwd/vpdpwssd: 2-7% faster) by q.k's conversions and FMAs; nor by the
+// FMA chains of q.k (two independent chains per (key, row), a second rfactor over even and odd
+// vectors of the head dim: 1.01-1.02x, no faster), nor by V's scale multiplied into P.V per (key,
+// row) (now a stage of its own, probs_scaled: no faster either), nor by q.k's horizontal sums of a
+// key's 4 rows done as one reduction tree (the rows vectorised in dot's update: 6 vpermt2ps and a
+// few adds for 4 sums, 0.95-1.02x). Measured alone (bench/RESULTS.md, "Where the decode time
+// goes"), q.k's loop runs near its L2 compute rate and pays L3's latency on top, and P.V is at its
+// port limit: the i8 kernel is compute-bound from L2 and L3 alike. Dropped on the Zen 4 VM
+// (2 threads, 3 alternating rounds, against the prefetching schedule): q.k's horizontal sums
+// (~30% of the L3-resident kernel's samples) as one tree per row over 16 keys (a VectorReduce of
+// 256 lanes to 16, the keys in the lanes: 15 x (2 vpermt2ps + 1 add) per 16 keys and row), L3
+// 1.27x and the Skv 8192 caches 1.03-1.26x slower; q kept in registers (dot_rf over 16-key chunks,
+// the head dim in two passes of 4 vectors, no q loads in the key loop), 1.04-1.13x slower;
+// key_tile 2 and 4, 1.1-1.8x slower.
 #include <algorithm>
 
 #include "generator/native_code.h"
