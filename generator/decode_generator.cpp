@@ -123,7 +123,10 @@ class Decode : public Generator<Decode> {
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
-      slot_prefetch_.reset(attngen::whole_slot_prefetch_pass(spec, k->name()));
+      // K's box in q.k starts the slot: its K, then its V (the storage layout).
+      const int bytes = spec.kv_type.bytes();
+      slot_prefetch_.reset(attngen::prefetch_lines_pass(
+          {{k->name(), bytes, (spec.head_dim_qk + spec.head_dim_v) * bytes}}));
     }
   }
 

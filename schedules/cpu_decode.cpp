@@ -26,12 +26,12 @@
 //    bench/RESULTS.md "Decode: blocks read in place"), where the 64 KiB copy does not fit the
 //    48 KiB L1 and no load is in flight while a block is computed.
 //  - On x86, q.k prefetches the whole slot prefetch_slots (16) keys ahead, its K and its V,
-//    into L2 (prefetcht1: whole_slot_prefetch_pass below). A block's K halves are read in one
-//    pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a 2-core
-//    Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a streaming read
-//    (9 against 23 GB/s, one thread), and prefetching each whole slot ahead brought it to 0.7-1.0.
-//    The kernels (bench/RESULTS.md, 2 threads): 1.3-1.8x faster over DRAM-sized caches and those
-//    of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the L3-resident f32 decode
+//    into L2 (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp). A block's K halves are read
+//    in one pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a
+//    2-core Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a streaming
+//    read (9 against 23 GB/s, one thread), and prefetching each whole slot ahead brought it to
+//    0.7-1.0. The kernels (bench/RESULTS.md, 2 threads): 1.3-1.8x faster over DRAM-sized caches and
+//    those of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the L3-resident f32 decode
 //    unchanged to 1.1x slower. Tried: prefetcht0 (into L1) 1.5x slower than prefetcht1 over
 //    DRAM on one thread, prefetcht2 within 5%; 4 or 8 keys ahead mixed (the f32 cache up to
 //    1.14x faster at 4, f16 and bf16 up to 1.45x slower), 32 no faster; every other line only
@@ -75,13 +75,11 @@
 // key_tile 2 and 4, 1.1-1.8x slower.
 #include <algorithm>
 
-#include "generator/native_code.h"
 #include "schedules/schedule.h"
 
 namespace attngen {
 
 using namespace Halide;
-using namespace Halide::Internal;
 
 namespace {
 
@@ -93,64 +91,7 @@ int divisor_at_most(int n, int limit) {
   return 1;
 }
 
-// Halide 14 lowers a prefetch of a box into a loop of prefetchnta whose offsets step by 64
-// elements (the cache line's bytes taken as elements: every 4th line of an f32 box), over the box
-// of the buffer the loop reads, which for q.k is the K half of a slot only. This pass replaces
-// each prefetch of the cache's K buffer by prefetches into L2 (native_code.h) of every cache line
-// of the whole slot from the box's start: its K, then its V (the storage layout,
-// decode_algorithm.h). A prefetch faults on no address, so a V view elsewhere would only make it
-// useless.
-class WholeSlotPrefetch : public IRMutator {
- public:
-  WholeSlotPrefetch(std::string cache, int element_bytes, int slot_bytes)
-      : cache_(std::move(cache)), element_bytes_(element_bytes), slot_bytes_(slot_bytes) {}
-  using IRMutator::visit;
-
- private:
-  static constexpr int kLineBytes = 64;
-
-  bool is_cache_prefetch(const Stmt& s) const {
-    const Evaluate* e = s.as<Evaluate>();
-    const Call* c = e != nullptr ? e->value.as<Call>() : nullptr;
-    if (c == nullptr || !c->is_intrinsic(Call::prefetch) || c->args.empty()) return false;
-    const Variable* buffer = c->args[0].as<Variable>();
-    return buffer != nullptr && buffer->name == cache_;
-  }
-
-  // The split loops of the box: their first iteration is the box's start.
-  Stmt visit(const For* op) override {
-    if (op->name.rfind("prefetch_split_" + cache_ + ".", 0) == 0) {
-      const Stmt body = mutate(substitute(op->name, make_zero(Int(32)), op->body));
-      if (body.as<For>() != nullptr && body.as<For>()->name == line_var()) return body;
-    }
-    return IRMutator::visit(op);
-  }
-
-  Stmt visit(const Evaluate* op) override {
-    if (!is_cache_prefetch(op)) return IRMutator::visit(op);
-    const Call* c = op->value.as<Call>();
-    const Var line(line_var());
-    // The box's start in bytes, plus the line's: a displacement of one address per line.
-    const Expr offset =
-        cast<int64_t>(c->args[1]) * element_bytes_ + cast<int64_t>(line) * kLineBytes;
-    const int lines = (slot_bytes_ + kLineBytes - 1) / kLineBytes;
-    return For::make(
-        line.name(), 0, lines, ForType::Serial, DeviceAPI::None,
-        Evaluate::make(Call::make(Int(32), kPrefetchL2, {c->args[0], offset}, Call::Extern)));
-  }
-
-  std::string line_var() const { return "prefetch_slot_" + cache_ + ".line"; }
-
-  std::string cache_;
-  int element_bytes_, slot_bytes_;
-};
-
 }  // namespace
-
-IRMutator* whole_slot_prefetch_pass(const DecodeSpec& spec, const std::string& k_buffer) {
-  const int bytes = spec.kv_type.bytes();
-  return new WholeSlotPrefetch(k_buffer, bytes, (spec.head_dim_qk + spec.head_dim_v) * bytes);
-}
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t) {
@@ -221,7 +162,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       .unroll(si);
   // Software prefetch of the whole slot (its K and its V) prefetch_slots keys ahead of q.k:
   // Halide's prefetch of K's box there, made a prefetch of every line of the slot by
-  // whole_slot_prefetch_pass (which the generator adds to the pipeline).
+  // prefetch_lines_pass (which the generator adds to the pipeline).
   if (t.prefetch_slots > 0 && f.k_cache.defined()) {
     dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
   }

@@ -5,6 +5,9 @@
 // AVX2, SSE4.1, NEON) -> generic, by the target's row of the table (schedules/targets.h).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "Halide.h"
 #include "generator/attention_algorithm.h"
 #include "generator/decode_algorithm.h"
@@ -93,12 +96,18 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
 
 void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
                      bool autoscheduled, const DecodeTunables& tunables);
-// The CPU schedule's prefetch ahead of q.k (DecodeTunables::prefetch_slots) covers a slot's K
-// only as Halide 14 lowers it: this lowering pass makes it a prefetch of every cache line of the
-// slot, K and V. Add it to the pipeline of a decode kernel whose tunables have prefetch_slots > 0
-// (k_buffer: the name of the cache's K input); returns the pass (owned by the pipeline).
-Halide::Internal::IRMutator* whole_slot_prefetch_pass(const DecodeSpec& spec,
-                                                      const std::string& k_buffer);
+// Prefetches into L2 where a schedule prefetches an input (Stage::prefetch): Halide 14 emits
+// prefetchnta for every 4th cache line of the box the loop reads (f32), which this lowering pass
+// replaces by a prefetch into L2 (generator/native_code.h) of every line of `bytes` from the box's
+// start, for each listed input buffer (by name). The decode kernels prefetch a slot's K and V
+// from K's box this way (the storage layout, decode_algorithm.h). The generator adds the native
+// code and the pass (owned by the pipeline).
+struct PrefetchSpan {
+  std::string buffer;
+  int element_bytes = 4;
+  int bytes = 0;
+};
+Halide::Internal::IRMutator* prefetch_lines_pass(const std::vector<PrefetchSpan>& spans);
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t);
