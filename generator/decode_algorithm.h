@@ -92,8 +92,9 @@ struct DecodeFuncs {
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
-  // The cache's K and V buffers (set by the generator, for schedules that prefetch them).
-  Halide::ImageParam k_cache, v_cache;
+  // The cache's K buffer (set by the generator), whose box a schedule's prefetch takes as the
+  // start of a slot's K and V (schedules/cpu_decode.cpp).
+  Halide::ImageParam k_cache;
 };
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in);

@@ -119,7 +119,6 @@ class Decode : public Generator<Decode> {
     attngen::DecodeFuncs fs = f;
     fs.out = *out;
     fs.k_cache = *k;
-    fs.v_cache = *v;
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());

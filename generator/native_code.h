@@ -34,8 +34,9 @@ void add_amx_tile_zero(const ExternsMap& externs, const Halide::Target& target);
 
 // A prefetch into L2 (x86: prefetcht1) of the byte at a buffer's host pointer plus a byte
 // offset: an impure extern call of type Int(32) taking a Handle and an Int(64). Halide 14's own
-// prefetch is a prefetchnta on x86; for the decode kernels on a Zen 4 VM prefetcht1 was 1.65x
-// faster than prefetcht0 over a DRAM-sized cache, prefetcht2 no faster (bench/RESULTS.md).
+// prefetch is a prefetchnta on x86; for the decode kernels on a Zen 4 VM prefetcht1 was 1.5x
+// faster than prefetcht0 over a DRAM-sized cache (one thread), prefetcht2 within 5%
+// (bench/RESULTS.md).
 constexpr char kPrefetchL2[] = "attngen_prefetch_l2";
 void add_prefetch_l2(const ExternsMap& externs, const Halide::Target& target);
 
