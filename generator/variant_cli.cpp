@@ -142,16 +142,22 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_VARIANT", param);
   cmake_set("ATTNGEN_V_CLASS", cls);
   cmake_set("ATTNGEN_V_TUNING", tuning);
+  // The assembly test's patterns, a CMake list: the row's signature and what the variant adds.
+  // Never an empty element (sse41 has no signature of its own): check_asm.cmake fails on one.
+  std::string signature = t.asm_signature;
+  const auto also_require = [&signature](const char* pattern) {
+    if (!signature.empty()) signature += ';';
+    signature += pattern;
+  };
   // A kernel that reads f16 on a row that widens it natively (row_widens_f16): the assembly
   // must show that instruction too.
-  std::string signature = t.asm_signature;
   const bool reads_f16 = v.dtype == DType::kF16 || v.kv_dtype == DType::kF16;
   if (const char* widen = row_widens_f16(t); reads_f16 && widen != nullptr) {
-    signature += std::string(";") + widen;
+    also_require(widen);
   }
   // A softmax kernel on a row with the native exp (row_scales_exp): its power of two too.
   if (const char* scale = row_scales_exp(t); v.op != Op::kLinear && scale != nullptr) {
-    signature += std::string(";") + scale;
+    also_require(scale);
   }
   // A decode kernel on a row that prefetches the cache (row_prefetches_slots), unless its
   // tunables turn that off: the prefetch too.
@@ -160,7 +166,7 @@ int variant_cmake(const Options& o) {
   });
   if (const char* prefetch = row_prefetches_slots(t);
       v.op == Op::kDecode && !no_prefetch && prefetch != nullptr) {
-    signature += std::string(";") + prefetch;
+    also_require(prefetch);
   }
   cmake_set("ATTNGEN_V_ASM_SIGNATURE", signature);
   cmake_set("ATTNGEN_V_ASM_FORBIDDEN", t.asm_forbidden);
