@@ -65,8 +65,12 @@ void schedule_attention_cuda(AttentionFuncs f, const AttentionSpec& spec, const 
   const RVar rb = f.rb;  // the key blocks: serial, outside the threads
   const Var state_element = on_threads(state.update(), d, f.qi, tx, tq, &rb);
 
-  // The tile's query rows, staged once per block.
-  f.q.compute_at(out, io).bound_extent(i, tq);
+  // The tile's query rows, staged in shared memory per key block. (Staged once per thread
+  // block, outside the key-block loop, Halide 14 packed the tile into the same shared memory as
+  // the block max, which it takes to be dead after the scores of the first block: row 0 of
+  // every tile came out wrong on a GPU. Its packing does not see that the next iteration of the
+  // serial loop reads the tile again.)
+  f.q.compute_at(state, f.rb).bound_extent(i, tq);
   on_threads(f.q, d, i, tx, tq);
 
   // Per key block: K (transposed) and V staged, scores, stats and probs in shared memory.
@@ -143,8 +147,9 @@ void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       .gpu_threads(dix, ri)
       .gpu_blocks(rt, sp, hb);
 
-  // The tile's query rows, once per thread block.
-  f.q.compute_at(state, rt).bound_extent(r, tr);
+  // The tile's query rows, staged per key block (as for attention above: once per thread block,
+  // Halide 14's shared memory packing let a later stage of the key-block loop overwrite them).
+  f.q.compute_at(state, rb).bound_extent(r, tr);
   on_threads(f.q, d, r, tx, tr);
 
   // Per key block: K (transposed) and V staged, scores, stats and probs in shared memory.

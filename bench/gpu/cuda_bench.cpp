@@ -149,7 +149,14 @@ double time_kernel(const Named& k, const Shape& sh) {
   };
   call();
   sync();
-  const int iters = std::max(3, static_cast<int>(2e11 / flops_of(sh, k.causal)));
+  // Each timing covers about 50 ms of calls (at least 3), from one more warm call's time: a
+  // slow kernel must not stretch the run past a device lease.
+  const auto w0 = std::chrono::steady_clock::now();
+  call();
+  sync();
+  const double warm_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  const int iters = std::max(3, static_cast<int>(50.0 / std::max(warm_ms, 1e-3)));
   std::vector<double> ms;
   for (int r = 0; r < 5; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

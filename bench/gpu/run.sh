@@ -18,15 +18,20 @@ out="$build/gpu-results"
 mkdir -p "$out"
 
 echo "== CUDA correctness (the main suite's cases, CUDA kernels only)"
+# Failing tests do not stop the timings (a first run on a lent GPU should bring back both); the
+# script's status says whether they passed.
+tests_ok=1
 "$build/tests/attngen_tests" --gtest_filter='*_cuda*:AttentionDispatch.*' --gtest_brief=1 \
-  | tee "$out/tests.log"
-if grep -q '^\[  SKIPPED' "$out/tests.log"; then
+  | tee "$out/tests.log" || tests_ok=0
+# (Some cases skip for reasons of their own, e.g. a kernel without the feature they test.)
+if grep -q 'needs cuda, which this machine lacks' "$out/tests.log"; then
   echo "FAIL: CUDA tests were skipped: no usable CUDA device" >&2
   exit 1
 fi
 
 echo "== timing attngen (CUDA)"
-"$build/bench/gpu/attngen_cuda_bench" | tee "$out/attngen.csv"
+bench_ok=1
+"$build/bench/gpu/attngen_cuda_bench" | tee "$out/attngen.csv" || bench_ok=0
 echo "== timing PyTorch SDPA"
 if python3 -c 'import torch' 2> /dev/null; then
   python3 bench/gpu/sdpa_peer.py | tee "$out/torch.csv"
@@ -42,3 +47,8 @@ awk -F, 'NR == FNR { if (FNR > 1) t[$1","$2","$3","$4","$5","$6] = $7; next }
            printf "%-36s %-5s %-16s %10.3f %10s %8.1f %8s\n", $1, $2, $3","$4","$5","$6, $8,
                   (tm == "" ? "-" : tm), $9, (tm == "" ? "-" : sprintf("%.2f", $8 / tm)) }' \
   "$out/torch.csv" "$out/attngen.csv" | tee "$out/table.txt"
+if [ "$tests_ok" != 1 ] || [ "$bench_ok" != 1 ]; then
+  [ "$tests_ok" = 1 ] || echo "FAIL: CUDA correctness tests failed ($out/tests.log)" >&2
+  [ "$bench_ok" = 1 ] || echo "FAIL: attngen_cuda_bench failed (its output above)" >&2
+  exit 1
+fi

@@ -374,6 +374,21 @@ attngen_status attngen_set_isa(const char* isa) {
   return attngen::rt::finish(c, nullptr);
 }
 
+namespace {
+
+// Whether the build has (or a caller registered) a kernel of the ISA: a build made for some ISAs
+// only (ATTNGEN_KERNEL_ISAS) must not name a better one the CPU runs but no kernel uses.
+bool has_kernels_of(const char* isa) {
+  const size_t n = attngen_kernel_count();
+  for (size_t i = 0; i < n; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k != nullptr && std::strcmp(k->isa, isa) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 const char* attngen_isa(void) {
   const char* forced = attngen::rt::g_forced_isa.load();
   if (forced != nullptr) return forced;
@@ -381,7 +396,8 @@ const char* attngen_isa(void) {
   for (const attngen::TargetRow& t : attngen::kTargets) {
     // Extension rows add kernels of some dtypes to their base ISA, which this names.
     if (t.preference >= 0 && *t.extends == '\0' &&
-        (best == nullptr || t.preference > best->preference) && attngen::rt::cpu_has(t.name)) {
+        (best == nullptr || t.preference > best->preference) && attngen::rt::cpu_has(t.name) &&
+        has_kernels_of(t.name)) {
       best = &t;
     }
   }

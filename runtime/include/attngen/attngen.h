@@ -459,7 +459,8 @@ attngen_status attngen_release_memory(void);
  * ATTNGEN_ERROR_INVALID_ARGUMENT for an unknown name; the setting is process-wide. */
 attngen_status attngen_set_isa(const char* isa);
 
-/* The ISA automatic dispatch prefers on this machine (the forced one, if set). */
+/* The ISA automatic dispatch prefers on this machine (the forced one, if set): the best CPU ISA
+ * it runs among those the build has kernels of (or a caller registered). */
 const char* attngen_isa(void);
 
 #ifdef __cplusplus

@@ -77,10 +77,20 @@ int call(void* uc, const attngen_kernel_args* a) {
   }
 }
 
-// The runtime hands kernels host buffers. A GPU kernel copies its inputs to the device itself;
-// here its outputs come back to the host and every device allocation of the call is released.
+// The runtime hands kernels host buffers. A GPU kernel copies its inputs to the device itself,
+// but Halide copies only a buffer marked host-dirty (an unmarked one gets an uninitialised device
+// allocation: every CUDA kernel computed on garbage in its first run on a GPU), so the inputs are
+// marked here; its outputs come back to the host and every device allocation of the call is
+// released.
 template <attngen_op Op, int Features, auto Fn>
 int run(void* uc, const attngen_kernel_args* a) {
+  if constexpr ((Features & kGpu) != 0) {
+    for (halide_buffer_t* in :
+         {a->q, a->k, a->v, a->kv_len, a->mask, a->layout, a->x, a->w, a->w2, a->bias, a->bias2,
+          a->q_len, a->bool_mask, a->add_mask, a->kv_scales}) {
+      if (in != nullptr && in->device == 0) in->flags |= halide_buffer_flag_host_dirty;
+    }
+  }
   int result = call<Op, Features, Fn>(uc, a);
   if constexpr ((Features & kGpu) != 0) {
     for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
