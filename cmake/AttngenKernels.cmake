@@ -79,6 +79,9 @@ macro(_attngen_variant_ask MODE)
   endif ()
   if (ATTNGEN_CUDA)
     list(APPEND _attngen_opts --cuda-runtime)
+    if (ATTNGEN_GPU_API STREQUAL "opencl")
+      list(APPEND _attngen_opts --gpu-api opencl)
+    endif ()
   endif ()
   execute_process(COMMAND "${_attngen_tool}" ${MODE} ${_attngen_opts} ${ARGN}
                   RESULT_VARIABLE _attngen_rc

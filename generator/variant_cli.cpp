@@ -44,10 +44,13 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// Options before `--`: --cross <processor>, --tuning-dir <dir>, --cuda-runtime.
+// Options before `--`: --cross <processor>, --tuning-dir <dir>, --cuda-runtime, --gpu-api <api>.
 struct Options {
   std::string cross, tuning_dir;
   bool cuda_runtime = false;
+  // "opencl": the cuda row's kernels through Halide's OpenCL backend (ATTNGEN_GPU_API, a check
+  // of the GPU schedules on PoCL); "cuda" otherwise.
+  std::string gpu_api = "cuda";
   std::string words;  // after --
 };
 
@@ -62,6 +65,12 @@ bool parse_options(int argc, char** argv, Options* o, std::string* error) {
       o->cuda_runtime = true;
     } else if ((a == "--cross" || a == "--tuning-dir") && i + 1 < argc) {
       (a == "--cross" ? o->cross : o->tuning_dir) = argv[++i];
+    } else if (a == "--gpu-api" && i + 1 < argc) {
+      o->gpu_api = argv[++i];
+      if (o->gpu_api != "cuda" && o->gpu_api != "opencl") {
+        *error = "--gpu-api takes cuda or opencl, not " + o->gpu_api;
+        return false;
+      }
     } else {
       *error = "unknown option " + a + "\n" + variant_cli_usage();
       return false;
@@ -70,17 +79,25 @@ bool parse_options(int argc, char** argv, Options* o, std::string* error) {
   return true;
 }
 
+// A Halide target of the cuda row with its GPU API replaced by OpenCL's (--gpu-api opencl):
+// "x86-64-linux-cuda-cuda_capability_80" becomes "x86-64-linux-opencl".
+std::string opencl_target(const std::string& cuda_target) {
+  const size_t at = cuda_target.find("-cuda");
+  return cuda_target.substr(0, at) + "-opencl";
+}
+
 // The Halide runtime a kernel of `t` links: one per architecture, with CUDA's on x86-64 when the
-// build makes CUDA kernels (it loads libcuda only when one runs).
-bool runtime_of(const TargetRow& t, bool cuda_runtime, std::string* name, std::string* target,
+// build makes CUDA kernels (it loads libcuda only when one runs), or OpenCL's (--gpu-api opencl).
+bool runtime_of(const TargetRow& t, const Options& o, std::string* name, std::string* target,
                 std::string* error) {
-  if (t.isa == Isa::kCuda && !cuda_runtime) {
+  if (t.isa == Isa::kCuda && !o.cuda_runtime) {
     *error = "ISA cuda needs ATTNGEN_CUDA=ON (a Halide runtime with CUDA)";
     return false;
   }
   const bool x86 = std::string(t.arch) == "x86_64";
   *name = std::string("attngen_halide_runtime_") + t.arch;
-  *target = x86 && cuda_runtime ? target_row(Isa::kCuda).runtime_target : t.runtime_target;
+  *target = x86 && o.cuda_runtime ? target_row(Isa::kCuda).runtime_target : t.runtime_target;
+  if (x86 && o.cuda_runtime && o.gpu_api == "opencl") *target = opencl_target(*target);
   return true;
 }
 
@@ -98,7 +115,14 @@ int variant_cmake(const Options& o) {
   // An extension row (schedules/targets.h) builds only what its instructions serve.
   if (!extension_applies(v, t)) skip = true;
   std::string runtime, runtime_target;
-  if (!runtime_of(t, o.cuda_runtime, &runtime, &runtime_target, &error)) return fail(error);
+  if (!runtime_of(t, o, &runtime, &runtime_target, &error)) return fail(error);
+  // The OpenCL check of the GPU schedules runs on PoCL's CPU device, which has no 16-bit floats
+  // (Halide's OpenCL code for f16 and bf16 needs cl_khr_fp16): f32 kernels only.
+  const bool opencl = t.isa == Isa::kCuda && o.gpu_api == "opencl";
+  const auto is_16_bit = [](DType d) { return d == DType::kF16 || d == DType::kBF16; };
+  if (opencl && (is_16_bit(v.dtype) || is_16_bit(v.kv_dtype) || is_16_bit(v.out_dtype))) {
+    skip = true;
+  }
 
   // Tunables: the variant's own (TUNABLES), else the tuning file's entry for its class.
   std::vector<Tunable> from_file;
@@ -136,7 +160,9 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_GENERATOR", op_name(v.op));
   cmake_set("ATTNGEN_V_ISA", t.name);
   // `host` in a cross build is the machine the generator runs on, not the one the kernel is for.
-  cmake_set("ATTNGEN_V_HALIDE_TARGET", host && o.cross.empty() ? "host" : t.halide_target);
+  cmake_set("ATTNGEN_V_HALIDE_TARGET", host && o.cross.empty() ? std::string("host")
+                                       : opencl                ? opencl_target(t.halide_target)
+                                                               : std::string(t.halide_target));
   cmake_set("ATTNGEN_V_RUNTIME", runtime);
   cmake_set("ATTNGEN_V_RUNTIME_TARGET", runtime_target);
   cmake_set("ATTNGEN_V_VARIANT", param);
@@ -211,9 +237,10 @@ int tuning_lookup(int argc, char** argv) {
 
 const char* variant_cli_usage() {
   return "variant modes:\n"
-         "  --variant-cmake [--cross PROCESSOR] [--tuning-dir DIR] [--cuda-runtime] -- WORDS...\n"
+         "  --variant-cmake [--cross PROCESSOR] [--tuning-dir DIR] [--cuda-runtime]\n"
+         "                [--gpu-api cuda|opencl] -- WORDS...\n"
          "      CMake code describing the kernel of a variant (cmake/AttngenKernels.cmake)\n"
-         "  --variant-isas [--cross PROCESSOR] [--cuda-runtime]\n"
+         "  --variant-isas [--cross PROCESSOR] [--cuda-runtime] [--gpu-api cuda|opencl]\n"
          "      the ISAs a build makes every variant for\n"
          "  --variant-class CLASS      the canonical variant of a tuning shape class\n"
          "  --tuning-lookup FILE TARGET CLASS\n"

@@ -5,7 +5,8 @@ packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev 
           clang-format libpng-dev nlohmann-json3-dev
           g++-aarch64-linux-gnu qemu-user-static  # the aarch64 cross build and its tests
           g++-arm-linux-gnueabihf  # the 32-bit ARM (armv7) cross build, tested under qemu-arm
-          clang libclang-rt-14-dev)  # the fuzzer (libFuzzer, tools/fuzz.sh)
+          clang libclang-rt-14-dev  # the fuzzer (libFuzzer, tools/fuzz.sh)
+          pocl-opencl-icd ocl-icd-opencl-dev)  # the GPU schedules checked on a CPU (gpu-opencl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,6 +4,7 @@
 #if defined(__linux__)
 #include <dlfcn.h>
 #endif
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,9 +37,32 @@ size_t builtin_count() {
 
 // A CUDA driver with at least one device, probed once through dlopen: the runtime has no link
 // dependency on CUDA, and Halide's CUDA runtime loads the same library when a kernel runs.
+// A build whose cuda row's kernels are OpenCL ones (ATTNGEN_GPU_API=opencl, a check of the GPU
+// schedules on PoCL) asks for an OpenCL device instead; the library stays loaded, and global,
+// for Halide's OpenCL runtime (which looks only for the unversioned libOpenCL.so by itself).
 bool cuda_device_present() {
   static const bool present = [] {
-#if defined(__linux__)
+#if defined(__linux__) && defined(ATTNGEN_GPU_OPENCL)
+    void* lib = dlopen("libOpenCL.so.1", RTLD_LAZY | RTLD_GLOBAL);
+    if (lib == nullptr) return false;
+    using PlatformsFn = int32_t (*)(uint32_t, void**, uint32_t*);
+    using DevicesFn = int32_t (*)(void*, uint64_t, uint32_t, void**, uint32_t*);
+    auto platforms = reinterpret_cast<PlatformsFn>(dlsym(lib, "clGetPlatformIDs"));
+    auto devices = reinterpret_cast<DevicesFn>(dlsym(lib, "clGetDeviceIDs"));
+    void* platform[8] = {};
+    uint32_t n_platforms = 0;
+    if (platforms == nullptr || devices == nullptr || platforms(8, platform, &n_platforms) != 0) {
+      return false;
+    }
+    for (uint32_t p = 0; p < n_platforms && p < 8; ++p) {
+      uint32_t n_devices = 0;
+      constexpr uint64_t kAllDevices = 0xFFFFFFFF;  // CL_DEVICE_TYPE_ALL
+      if (devices(platform[p], kAllDevices, 0, nullptr, &n_devices) == 0 && n_devices > 0) {
+        return true;
+      }
+    }
+    return false;
+#elif defined(__linux__)
     void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (lib == nullptr) return false;
     using InitFn = int (*)(unsigned);
