@@ -1,6 +1,7 @@
 // Times the CUDA attention kernels with device-resident tensors (no host copies inside the
 // timed loop), FlashAttention FLOP convention, one CSV line per kernel and shape:
 //   kernel,dtype,B,H,S,D,causal,ms,gflops
+// (arguments: see main)
 // The kernels (D64 dense and causal in f32, f16 and bf16) are listed in cuda_bench_kernels.h,
 // which bench/CMakeLists.txt writes from the variant model. Run by bench/gpu/run.sh next to
 // PyTorch's scaled_dot_product_attention in the same dtype.
@@ -171,7 +172,11 @@ double time_kernel(const Named& k, const Shape& sh) {
 
 }  // namespace
 
-int main() {
+// attngen_cuda_bench [KERNEL [S]]: every kernel and shape, or those whose name contains KERNEL
+// (and whose sequence length is S), e.g. to profile one with ncu.
+int main(int argc, char** argv) {
+  const char* only_kernel = argc > 1 ? argv[1] : nullptr;
+  const int only_s = argc > 2 ? std::atoi(argv[2]) : 0;
   halide_set_error_handler(print_halide_error);
   const Shape shapes[] = {{4, 12, 512, 64}, {8, 12, 197, 64}, {1, 16, 2048, 64}, {1, 8, 8192, 64}};
 #define ATTNGEN_ROW(kernel, dtype, causal) {#kernel, kernel, kernel##_metadata, #dtype, causal},
@@ -196,7 +201,9 @@ int main() {
   std::printf("kernel,dtype,B,H,S,D,causal,ms,gflops\n");
   std::fflush(stdout);
   for (const Named& k : kernels) {
+    if (only_kernel != nullptr && std::strstr(k.name, only_kernel) == nullptr) continue;
     for (const Shape& sh : shapes) {
+      if (only_s > 0 && sh.s != only_s) continue;
       const double ms = time_kernel(k, sh);
       std::printf("%s,%s,%d,%d,%d,%d,%d,%.4f,%.1f\n", k.name, k.dtype, sh.b, sh.h, sh.s, sh.d,
                   k.causal, ms, flops_of(sh, k.causal) / ms / 1e6);
