@@ -30,9 +30,10 @@ constexpr int kWarp = 32;  // threads along the fastest dimension where no tunab
 constexpr int kRowsPerThread = 4;
 
 // The d a thread of the probs.V tile owns: the fewest that divide Dv into at most `threads`
-// threads (so that no thread's tile reaches past Dv), else 1 (threads loop over the rest).
+// threads (so that no thread's tile reaches past Dv), at most 16 (64 accumulators with 4 rows;
+// ptxas: no kernel spills, at most 168 registers, D256); else 1, and the threads loop over d.
 int d_per_thread(int dv, int threads) {
-  for (int n = 1; n <= dv; ++n) {
+  for (int n = 1; n <= 16 && n <= dv; ++n) {
     if (dv % n == 0 && dv / n <= threads) return n;
   }
   return 1;
