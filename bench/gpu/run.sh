@@ -4,6 +4,8 @@
 # device-resident tensors (D64 dense and causal, in f32, f16 and bf16), time PyTorch's
 # scaled_dot_product_attention (same dtypes and shapes) and print a ratio table per dtype.
 #   bash bench/gpu/run.sh [build dir]      (default build/gpu; an existing tree is reused)
+# Where the GPU machine cannot build (no Halide, no network: the device tool's), build here with
+# bench/gpu/pack.sh and carry its folder: bash bench/gpu/run.sh .gpu there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${1:-build/gpu}"
