@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# For a lent GPU machine that has neither Halide nor a network (the device tool's): builds here
-# what bench/gpu/run.sh runs there — the suite (CUDA kernels, and AVX2 ones for its dispatch
-# cases) and the CUDA timer — and strips them into a folder laid out as run.sh expects a build
-# tree (about 17 MB, git-ignored), to be carried along:
+# Builds what bench/gpu/run.sh runs — the suite (CUDA kernels, and AVX2 ones for its dispatch
+# cases) and the CUDA timer — in build/gpu, and strips them into a folder laid out as run.sh
+# expects (about 17 MB, git-ignored). run.sh calls it where the folder lacks them; for a lent GPU
+# machine with neither Halide nor a network (the device tool's), run it here and carry the folder:
 #   bash bench/gpu/pack.sh [dir]        (default .gpu)
 #   on the GPU machine: bash bench/gpu/run.sh [dir]
 # For an old-against-new timing in one lease, pack the old build's timer aside first (e.g.

@@ -3,17 +3,14 @@
 # kernels' correctness tests (failing if they are skipped for want of a GPU), time them with
 # device-resident tensors (D64 dense and causal, in f32, f16 and bf16), time PyTorch's
 # scaled_dot_product_attention (same dtypes and shapes) and print a ratio table per dtype.
-#   bash bench/gpu/run.sh [build dir]      (default build/gpu; an existing tree is reused)
-# Where the GPU machine cannot build (no Halide, no network: the device tool's), build here with
-# bench/gpu/pack.sh and carry its folder: bash bench/gpu/run.sh .gpu there.
+#   bash bench/gpu/run.sh [dir]      (default .gpu: what bench/gpu/pack.sh leaves there)
+# Where the folder lacks the binaries, pack.sh builds them first; where the GPU machine cannot
+# build (no Halide, no network: the device tool's), run pack.sh elsewhere and carry the folder.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build="${1:-build/gpu}"
+build="${1:-.gpu}"
 if [ ! -x "$build/bench/gpu/attngen_cuda_bench" ] || [ ! -x "$build/tests/attngen_tests" ]; then
-  bash tools/setup.sh
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNGEN_CUDA=ON \
-    -DATTNGEN_SANITIZE_TESTS=OFF
-  cmake --build "$build" --target attngen_tests attngen_cuda_bench
+  bash bench/gpu/pack.sh "$build"
 fi
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 out="$build/gpu-results"

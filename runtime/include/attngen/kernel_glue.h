@@ -3,7 +3,6 @@
 #ifndef ATTNGEN_KERNEL_GLUE_H_
 #define ATTNGEN_KERNEL_GLUE_H_
 
-#include <initializer_list>
 #include <tuple>
 
 #include "HalideRuntime.h"
@@ -84,30 +83,30 @@ int call(void* uc, const attngen_kernel_args* a) {
 // released.
 template <attngen_op Op, int Features, auto Fn>
 int run(void* uc, const attngen_kernel_args* a) {
-  if constexpr ((Features & kGpu) != 0) {
-    for (halide_buffer_t* in :
-         {a->q, a->k, a->v, a->kv_len, a->mask, a->layout, a->x, a->w, a->w2, a->bias, a->bias2,
-          a->q_len, a->bool_mask, a->add_mask, a->kv_scales}) {
+  if constexpr ((Features & kGpu) == 0) {
+    return call<Op, Features, Fn>(uc, a);
+  } else {
+    halide_buffer_t* const inputs[] = {
+        a->q,  a->k,    a->v,     a->kv_len, a->mask,      a->layout,   a->x,        a->w,
+        a->w2, a->bias, a->bias2, a->q_len,  a->bool_mask, a->add_mask, a->kv_scales};
+    halide_buffer_t* const outputs[] = {a->out, a->weights, a->lse};
+    for (halide_buffer_t* in : inputs) {
       if (in != nullptr && in->device == 0) in->flags |= halide_buffer_flag_host_dirty;
     }
-  }
-  int result = call<Op, Features, Fn>(uc, a);
-  if constexpr ((Features & kGpu) != 0) {
-    for (halide_buffer_t* out : {a->out, a->weights, a->lse}) {
+    int result = call<Op, Features, Fn>(uc, a);
+    for (halide_buffer_t* out : outputs) {
       if (result == 0 && out != nullptr) result = halide_copy_to_host(uc, out);
     }
-    halide_buffer_t* const buffers[] = {a->q,         a->k,        a->v,        a->kv_len,  a->mask,
-                                        a->layout,    a->x,        a->w,        a->w2,      a->bias,
-                                        a->bias2,     a->q_len,    a->out,      a->weights, a->lse,
-                                        a->bool_mask, a->add_mask, a->kv_scales};
-    for (halide_buffer_t* buf : buffers) {
+    const auto release = [&](halide_buffer_t* buf) {
       if (buf != nullptr && buf->device != 0) {
         const int freed = halide_device_free(uc, buf);
         if (result == 0) result = freed;
       }
-    }
+    };
+    for (halide_buffer_t* buf : inputs) release(buf);
+    for (halide_buffer_t* buf : outputs) release(buf);
+    return result;
   }
-  return result;
 }
 
 }  // namespace attngen::glue
