@@ -262,7 +262,9 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     f.v_pairs = Func(spec.part + "v_pairs");
     f.v_pairs(l, d, jj, h, b) = cast(BFloat(16), f.v(d, 2 * jj + l, h, b));
   } else {
-    f.q(d, h, i, b) = in.q(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
+    f.q_rows = Func(spec.part + "q_rows");
+    f.q_rows(d, h, i, b) = in.q(d, h, i, b);
+    f.q(d, h, i, b) = f.q_rows(d, h, clamp(i, 0, in.seq_q - 1), b) * in.scale;
     f.k(d, j, h, b) = in.k(d, hk, kj, b);
     f.v(d, j, h, b) = in.v(d, hk, kj, b);
   }

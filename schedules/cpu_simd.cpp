@@ -75,6 +75,17 @@ void stage_head_kv(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo
   f.v.compute_at(out, h).vectorize(f.d, lanes_dividing(spec.head_dim_v, info));
 }
 
+// The query tile's rows copied contiguous (a vector of d at a time) before q transposes them
+// into query rows innermost. Gathered straight from the input, a tile's rows are Hq x Dqk floats
+// apart (4 KiB at H16 D64): the whole tile falls in one or a few of L1's sets, and each of the
+// transposition's per-element loads missed L1.
+void stage_q_rows(const AttentionFuncs& f, const AttentionSpec& spec, const TargetInfo& info,
+                  Func out, const Var& task) {
+  if (!f.q_rows.defined()) return;
+  Func q_rows = f.q_rows;
+  q_rows.compute_at(out, task).vectorize(f.d, lanes_dividing(spec.head_dim_qk, info));
+}
+
 }  // namespace
 
 Var schedule_row_form_output(const AttentionFuncs& f, const AttentionSpec& spec,
@@ -143,6 +154,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   };
 
   per_query_tile(f.q).reorder_storage(i, d).reorder(i, d).vectorize(i, lanes);
+  stage_q_rows(f, spec, info, out, task);
 
   for (Func g : {f.scores, f.probs}) per_query_tile(g);
   for (Func g : {f.row_max, f.row_sum}) per_tile_rows(g);
@@ -215,6 +227,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
       .reorder_storage(i, d)
       .reorder(i, d)
       .vectorize(i, lanes);
+  stage_q_rows(f, spec, info, out, task);
 
   // K and V of the key block, staged once per block for the whole tile: the inner loops then
   // read fixed offsets from one base, with no per-key clamping or strided addressing.
