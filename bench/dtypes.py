@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Paired dtype table: attngen's f32, f16 and bf16 kernels against PyTorch SDPA in the same dtype.
+"""Paired dtype table: attngen's f32, f16 and bf16 kernels against PyTorch SDPA in the same dtype
+and ggml's flash attention with f16 K/V.
 
     python3 bench/dtypes.py --build build/release [--pairs 6] [--threads 2] [--min-time 0.3]
 
@@ -10,6 +11,8 @@ pair. Ratios are taken within a pair, then summarised (median and range) over th
 
     attngen f32 ms / attngen <dtype> ms     (the speed-up of the dtype over attngen's own f32)
     PyTorch <dtype> ms / attngen <dtype> ms (against the peer in the same dtype)
+    ggml ms / attngen <dtype> ms            (ggml_flash_attn_ext, f32 Q, f16 K and V: llama.cpp's
+                                             attention; bench/peers/ggml_build.sh builds it)
 
 The bf16 row is the amx kernel (AMX tiles) where this build and CPU have it, else the avx512bf16
 one where they have it (automatic dispatch takes that only where the CPU's vdpbf16ps pays:
@@ -76,6 +79,26 @@ def torch_runner(threads):
     return run, torch.__version__
 
 
+def ggml_runner(threads):
+    """ms per mask of ggml's flash attention (f16 K/V) on SHAPE, or None where the peer cannot be
+    built (the table's ggml column then says n/a)."""
+    exe = os.path.join(ROOT, "bench", "out", "ggml", "ggml_attention")
+    if subprocess.run(["bash", os.path.join(ROOT, "bench", "peers", "ggml_build.sh")]).returncode:
+        print("dtypes.py: the ggml peer could not be built; its column says n/a", file=sys.stderr)
+        return None
+    shapes = os.path.join(ROOT, "bench", "out", "dtypes_shapes.txt")
+    b, h, s, d = SHAPE
+    with open(shapes, "w") as f:
+        f.write(f"none {b} {h} {s} {d}\ncausal {b} {h} {s} {d} causal\n")
+
+    def run(min_time):
+        out = subprocess.run([exe, "--threads", str(threads), "--min-time", str(min_time), shapes],
+                             check=True, capture_output=True, text=True).stdout
+        return {row["shape"]: row["ms"] for row in map(json.loads, out.splitlines())}
+
+    return run
+
+
 def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "pairs": len(values)}
@@ -88,10 +111,17 @@ def main():
     except ImportError as e:
         sys.exit(f"dtypes.py: PyTorch is needed ({e}); bench/run_peers.sh installs it")
 
+    run_ggml = ggml_runner(args.threads)
+
+    def peers():
+        got = {"torch": run_torch(args.min_time)}
+        if run_ggml:
+            got["ggml"] = run_ggml(args.min_time)
+        return got
+
     start = time.time()
-    pairs = [{"attngen": a, "torch": t} for a, t in common.alternating_pairs(
-        args.pairs, lambda: run_attngen(bench, args.threads, args.min_time),
-        lambda: run_torch(args.min_time),
+    pairs = [{"attngen": a, **peer} for a, peer in common.alternating_pairs(
+        args.pairs, lambda: run_attngen(bench, args.threads, args.min_time), peers,
         lambda a, t: ", ".join(f"{k} {v:.1f}" for k, v in a.items()))]
 
     # Rows: the dispatched kernel of each dtype (the best ISA built), plus bf16 on plain AVX-512.
@@ -103,12 +133,13 @@ def main():
         return None, None
 
     lines = ["| dtype | mask | kernel ISA | attngen ms | f32 / this (speed-up) | "
-             "PyTorch same dtype / attngen | pairs |", "|---|---|---|---|---|---|---|"]
+             "PyTorch same dtype / attngen | ggml FA f16 K/V / attngen | pairs |",
+             "|---|---|---|---|---|---|---|---|"]
     results = {}
     for mask in ("none", "causal"):
         rows = [(dt, None) for dt in ("f32", "f16", "bf16")] + [("bf16", "avx512")]
         for dtype, force in rows:
-            ms, up, peer, isa = [], [], [], None
+            ms, up, peer, ggml, isa = [], [], [], [], None
             for p in pairs:
                 if force:
                     this = p["attngen"].get(f"{dtype}/{mask}/{force}")
@@ -121,13 +152,18 @@ def main():
                 ms.append(this)
                 up.append(f32 / this)
                 peer.append(p["torch"][f"{dtype}/{mask}"] / this)
+                if "ggml" in p:
+                    ggml.append(p["ggml"][mask] / this)
             if not ms:
                 continue
             r = {"ms": summary(ms), "speedup": summary(up), "vs_torch": summary(peer)}
+            if ggml:
+                r["vs_ggml"] = summary(ggml)
             results[f"{dtype}/{mask}/{isa}"] = r
             fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
             lines.append(f"| {dtype} | {mask} | {isa} | {r['ms']['median']:.1f} | "
-                         f"{fmt(r['speedup'])} | {fmt(r['vs_torch'])} | {len(ms)} |")
+                         f"{fmt(r['speedup'])} | {fmt(r['vs_torch'])} | "
+                         f"{fmt(r['vs_ggml']) if ggml else 'n/a'} | {len(ms)} |")
     print("\n".join(lines))
     print(f"\n- B1 H16 S2048 D64, {args.pairs} pairs in {time.time() - start:.0f} s, "
           f"{args.threads} threads, PyTorch {version}; ratios within a pair (median, range).")

@@ -26,8 +26,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pee
 import common  # noqa: E402
 
 # Table columns for the peers, and which peer programs fill them.
-PEERS = [("openblas_composed", "composed OpenBLAS"), ("torch", "PyTorch"), ("ort", "ONNX Runtime")]
-PEER_COLUMN = {"openblas_composed": "openblas_composed", "torch_sdpa": "torch", "torch_mha": "torch", "ort_mha": "ort"}
+# ggml's flash attention (bench/peers/ggml_attention.cpp) keeps K and V in f16, as llama.cpp does.
+PEERS = [("openblas_composed", "composed OpenBLAS"), ("torch", "PyTorch"), ("ort", "ONNX Runtime"),
+         ("ggml", "ggml FA (f16 K/V)")]
+PEER_COLUMN = {"openblas_composed": "openblas_composed", "torch_sdpa": "torch", "torch_mha": "torch",
+               "ort_mha": "ort", "ggml_fa": "ggml"}
 
 
 def read_bench(path):

@@ -3,7 +3,8 @@
 #   attngen_attention() (automatic kernel choice) and the MHA layer (a persistent
 #   attngen_mha_layer), the composed OpenBLAS attention (sgemm, softmax, sgemm), OpenBLAS sgemm 2048³ (on the OpenBLAS core this CPU
 #   deserves: attngen_bench sets OPENBLAS_CORETYPE where OpenBLAS picks a lesser one) and the FMA
-#   peak (the arithmetic's limit), all from attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention.
+#   peak (the arithmetic's limit), all from attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention;
+#   ggml's flash attention with f16 K/V (bench/peers/ggml_build.sh builds it).
 # Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen_<round>.json,
 # peers_<round>.jsonl, table.md, gflops.png}.
 #
@@ -21,7 +22,7 @@
 #   shape files    default: bench/shapes/*.txt
 #
 # The Python peers (torch, onnxruntime, onnx, matplotlib, numpy) are installed with pip when
-# missing; this script is the only place that does so.
+# missing, and ggml's source fetched from PyPI (bench/peers/ggml_build.sh), by this script only.
 set -euo pipefail
 threads=$(nproc)
 build=""
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --build) build="$(realpath "$2")"; shift 2 ;;
     --min-time) min_time="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "run_peers.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) shapes+=("$(realpath "$1")"); shift ;;
   esac
@@ -65,6 +66,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   "$python" -m pip install "${missing[@]}" \
     || echo "run_peers.sh: could not install ${missing[*]}; those rows will say so" >&2
 fi
+
+# ggml (llama.cpp's attention) is built from its source on PyPI, once (bench/out/ggml).
+ggml="$PWD/bench/out/ggml/ggml_attention"
+bash bench/peers/ggml_build.sh \
+  || echo "run_peers.sh: the ggml peer could not be built; its column will be empty" >&2
 
 if [ -z "$build" ]; then
   echo "== building attngen_bench (build/release)"
@@ -97,6 +103,10 @@ for round in $(seq 1 "$rounds"); do
   done
   "$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" \
     | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: torch_mha failed (row missing)" >&2
+  if [ -x "$ggml" ]; then
+    "$ggml" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
+      | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: ggml failed (rows missing)" >&2
+  fi
   report_args+=(--bench "$out/attngen_$round.json" --peers "$out/peers_$round.jsonl")
 done
 
