@@ -22,7 +22,6 @@ Prints a Markdown table; writes bench/out/decode_peers.json.
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -66,16 +65,11 @@ def run_ggml(exe, threads, min_time):
     return got
 
 
-def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "pairs": len(values)}
-
-
 def main():
     args, bench = common.paired_arguments(__doc__, "decode_peers.py", default_pairs=6)
-    if subprocess.run(["bash", os.path.join(ROOT, "bench", "peers", "ggml_build.sh")]).returncode:
-        sys.exit("decode_peers.py: the ggml peer could not be built (bench/peers/ggml_build.sh)")
-    exe = os.path.join(ROOT, "bench", "out", "ggml", "ggml_attention")
+    exe = common.ggml_peer()
+    if exe is None:
+        sys.exit("decode_peers.py: needs the ggml peer")
 
     start = time.time()
     pairs = [{"attngen": a, "ggml": g} for a, g in common.alternating_pairs(
@@ -103,9 +97,9 @@ def main():
             vs.append(p["ggml"][ggml_kv] / this)
         if not us:
             continue
-        r = {"us": summary(us), "of_read": summary(read) if read else None,
-             "speedup": summary(up) if up else None, "ggml_us": summary(ggml_us),
-             "vs_ggml": summary(vs)}
+        r = {"us": common.summary(us), "of_read": common.summary(read) if read else None,
+             "speedup": common.summary(up) if up else None, "ggml_us": common.summary(ggml_us),
+             "vs_ggml": common.summary(vs)}
         results[cache] = r
         lines.append(f"| {cache} | {r['us']['median']:.0f} | {fmt(r['of_read']) if read else '–'} | "
                      f"{fmt(r['speedup']) if up else '–'} | {ggml_kv} | "

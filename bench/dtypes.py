@@ -23,7 +23,6 @@ PyTorch (bench/run_peers.sh installs it).
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -82,9 +81,8 @@ def torch_runner(threads):
 def ggml_runner(threads):
     """ms per mask of ggml's flash attention (f16 K/V) on SHAPE, or None where the peer cannot be
     built (the table's ggml column then says n/a)."""
-    exe = os.path.join(ROOT, "bench", "out", "ggml", "ggml_attention")
-    if subprocess.run(["bash", os.path.join(ROOT, "bench", "peers", "ggml_build.sh")]).returncode:
-        print("dtypes.py: the ggml peer could not be built; its column says n/a", file=sys.stderr)
+    exe = common.ggml_peer()
+    if exe is None:
         return None
     shapes = os.path.join(ROOT, "bench", "out", "dtypes_shapes.txt")
     b, h, s, d = SHAPE
@@ -97,11 +95,6 @@ def ggml_runner(threads):
         return {row["shape"]: row["ms"] for row in map(json.loads, out.splitlines())}
 
     return run
-
-
-def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "pairs": len(values)}
 
 
 def main():
@@ -156,9 +149,10 @@ def main():
                     ggml.append(p["ggml"][mask] / this)
             if not ms:
                 continue
-            r = {"ms": summary(ms), "speedup": summary(up), "vs_torch": summary(peer)}
+            r = {"ms": common.summary(ms), "speedup": common.summary(up),
+                 "vs_torch": common.summary(peer)}
             if ggml:
-                r["vs_ggml"] = summary(ggml)
+                r["vs_ggml"] = common.summary(ggml)
             results[f"{dtype}/{mask}/{isa}"] = r
             fmt = lambda s: f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
             lines.append(f"| {dtype} | {mask} | {isa} | {r['ms']['median']:.1f} | "

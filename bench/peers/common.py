@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -91,6 +92,23 @@ def paired_arguments(description, script, default_pairs):
     if not os.access(bench, os.X_OK):
         sys.exit(f"{script}: no {bench} (build the attngen_bench target there)")
     return args, bench
+
+
+def summary(values):
+    """Median, range and count of the per-pair figures of the paired scripts."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "pairs": len(values)}
+
+
+def ggml_peer():
+    """Path of the ggml peer (ggml_attention.cpp here), built first where it is missing or older
+    than its source (ggml_build.sh); None, with the reason on stderr, where it cannot be built."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if subprocess.run(["bash", os.path.join(here, "ggml_build.sh")]).returncode:
+        print("the ggml peer could not be built (bench/peers/ggml_build.sh)", file=sys.stderr)
+        return None
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "bench", "out", "ggml",
+                        "ggml_attention")
 
 
 def alternating_pairs(n, run_a, run_b, describe):
