@@ -22,7 +22,8 @@
 #   shape files    default: bench/shapes/*.txt
 #
 # The Python peers (torch, onnxruntime, onnx, matplotlib, numpy) are installed with pip when
-# missing, and ggml's source fetched from PyPI (bench/peers/ggml_build.sh), by this script only.
+# missing, by this script only; ggml's source is fetched from PyPI by bench/peers/ggml_build.sh
+# (called here and by the paired scripts that take ggml).
 set -euo pipefail
 threads=$(nproc)
 build=""
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --build) build="$(realpath "$2")"; shift 2 ;;
     --min-time) min_time="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) echo "run_peers.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) shapes+=("$(realpath "$1")"); shift ;;
   esac

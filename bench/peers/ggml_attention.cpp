@@ -120,7 +120,17 @@ ggml_context* new_context(size_t data_bytes) {
   return ggml_init(params);
 }
 
-// Element i of a tensor of F32, F16 (or, for the check's K and V, any type with a to_float).
+// ggml's causal mask for Sq = Skv = s: F16 [s, s], 0 where key j <= query i, else -inf.
+ggml_tensor* causal_mask(ggml_context* ctx, int64_t s) {
+  ggml_tensor* mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s, s);
+  auto* m = static_cast<ggml_fp16_t*>(mask->data);
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t j = 0; j < s; ++j) m[i * s + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
+  }
+  return mask;
+}
+
+// Element i of an F32 or F16 tensor (the check's).
 float element(const ggml_tensor* t, int64_t i) {
   if (t->type == GGML_TYPE_F32) return static_cast<const float*>(t->data)[i];
   return ggml_fp16_to_fp32(static_cast<const ggml_fp16_t*>(t->data)[i]);
@@ -137,11 +147,7 @@ double check() {
   ggml_tensor* v = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, d, s, hkv, 1);
   std::mt19937_64 rng(3);
   for (ggml_tensor* t : {q, k, v}) fill(t, rng);
-  ggml_tensor* mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s, s);
-  auto* m = static_cast<ggml_fp16_t*>(mask->data);
-  for (int64_t i = 0; i < s; ++i) {
-    for (int64_t j = 0; j < s; ++j) m[i * s + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
-  }
+  ggml_tensor* mask = causal_mask(ctx, s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   ggml_tensor* out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0, 0);
   time_graph(ctx, out, 1, 0);
@@ -185,25 +191,15 @@ void emit(const char* peer, const std::string& shape, const Timing& t, double fl
 
 void attention(const Shape& s, const std::string& kv, int threads, double min_time) {
   const ggml_type type = kv_type(kv);
-  const int64_t mask_rows = s.s;
   const size_t bytes =
-      static_cast<size_t>(s.b * s.h * s.s * s.d) * 4 * 4 + static_cast<size_t>(s.s * mask_rows) * 2;
+      static_cast<size_t>(s.b * s.h * s.s * s.d) * 4 * 4 + static_cast<size_t>(s.s * s.s) * 2;
   ggml_context* ctx = new_context(bytes);
   ggml_tensor* q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, s.d, s.s, s.h, s.b);
   ggml_tensor* k = ggml_new_tensor_4d(ctx, type, s.d, s.s, s.h, s.b);
   ggml_tensor* v = ggml_new_tensor_4d(ctx, type, s.d, s.s, s.h, s.b);
   std::mt19937_64 rng(1);
   for (ggml_tensor* t : {q, k, v}) fill(t, rng);
-  ggml_tensor* mask = nullptr;
-  if (s.causal) {
-    mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.s, mask_rows);
-    auto* m = static_cast<ggml_fp16_t*>(mask->data);
-    for (int64_t i = 0; i < mask_rows; ++i) {
-      for (int64_t j = 0; j < s.s; ++j) {
-        m[i * s.s + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
-      }
-    }
-  }
+  ggml_tensor* mask = s.causal ? causal_mask(ctx, s.s) : nullptr;
   ggml_tensor* out =
       ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(s.d)), 0, 0);
   const Timing t = time_graph(ctx, out, threads, min_time);
