@@ -1,5 +1,7 @@
 #include "generator/decode_algorithm.h"
 
+#include <cmath>
+
 #include "generator/element.h"
 #include "generator/online_softmax.h"
 
@@ -106,11 +108,45 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
 
   f.rd = RDom(0, spec.head_dim_qk, "rd");
   f.dot = Func("dot");
-  f.dot(s, r, hk, b) = 0.0f;
-  f.dot(s, r, hk, b) += f.q(f.rd, r, hk, b) * f.k(f.rd, s, hk, b);
+  Expr dot;
+  if (spec.int8_dot) {
+    // Each query row quantised as the cache quantises a K row (runtime/src/convert.h,
+    // quantise_i8): scale = max|q| / 127, q_i8 = round(q / scale) in [-127, 127]; a row of
+    // zeros has scale 0, one holding a NaN or an infinity a NaN scale (every score of the row
+    // NaN, as in f32). K's i8 elements become u8 by an offset of 128 (flipping the sign bit),
+    // so q.k = q_scale * (sum of q_i8 * (k_i8 + 128) - 128 * sum of q_i8): vpdpbusd's u8 x i8
+    // products, four per 32-bit lane, summed exactly in integers.
+    f.rq = RDom(0, spec.head_dim_qk, "rq");
+    const Expr x = f.q(f.rq, r, hk, b);
+    f.q_amax = Func("q_amax");  // max|q|, or infinity where the row is not finite
+    f.q_amax(r, hk, b) = 0.0f;
+    f.q_amax(r, hk, b) = Halide::max(f.q_amax(r, hk, b),
+                                     select(is_finite(x), abs(x), Expr(INFINITY)));
+    const Expr amax = f.q_amax(r, hk, b);
+    const Expr finite = amax <= Float(32).max();
+    f.q_scale = Func("q_scale");
+    f.q_scale(r, hk, b) = select(finite, amax / 127.0f, Expr(std::nanf("")));
+    f.q_i8 = Func("q_i8");
+    const Expr scale = f.q_scale(r, hk, b);
+    f.q_i8(d, r, hk, b) = select(finite && amax > 0.0f,
+                                 cast<int8_t>(clamp(Halide::round(f.q(d, r, hk, b) / scale),
+                                                    -127.0f, 127.0f)),
+                                 cast<int8_t>(0));
+    f.q_sum = Func("q_sum");
+    f.q_sum(r, hk, b) = 0;
+    f.q_sum(r, hk, b) += cast<int32_t>(f.q_i8(f.rq, r, hk, b));
+    const Expr k_u8 = reinterpret(UInt(8), f.k_stored(f.rd, s, hk, b)) ^ cast<uint8_t>(0x80);
+    f.dot(s, r, hk, b) = 0;
+    f.dot(s, r, hk, b) += cast<int32_t>(k_u8) * cast<int32_t>(f.q_i8(f.rd, r, hk, b));
+    dot = cast<float>(f.dot(s, r, hk, b) - 128 * f.q_sum(r, hk, b)) * scale;
+  } else {
+    f.dot(s, r, hk, b) = 0.0f;
+    f.dot(s, r, hk, b) += f.q(f.rd, r, hk, b) * f.k(f.rd, s, hk, b);
+    dot = f.dot(s, r, hk, b);
+  }
   f.scores = Func("scores");
   const Expr score_scale = quantised ? in.scale * f.k_scale(s, hk, b) : in.scale;
-  f.scores(s, r, hk, b) = select(attend, f.dot(s, r, hk, b) * score_scale, kMaskedScore);
+  f.scores(s, r, hk, b) = select(attend, dot * score_scale, kMaskedScore);
 
   // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
   // max, exps relative to it, their sum and their product with V.

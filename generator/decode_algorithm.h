@@ -43,6 +43,10 @@ struct DecodeSpec {
   bool native_f16 = false;
   // The softmax's exps by the native code of online_softmax.h (use_native_exp).
   bool native_exp = false;
+  // An i8 cache's q.k as 8-bit integer dot products (x86 VNNI's vpdpbusd): each query row is
+  // quantised to i8 with one f32 scale per row (max|q| / 127), and K's i8 elements are offset
+  // by 128 into u8 (the u8 x i8 products vpdpbusd takes), the row's sum times 128 taken off.
+  bool int8_dot = false;
 };
 
 struct DecodeInputs {
@@ -64,6 +68,7 @@ struct DecodeFuncs {
   Halide::Var d{"d"}, s{"s"}, r{"r"}, hk{"hk"}, b{"b"}, kb{"kb"}, sp{"sp"};
   Halide::Var h{"h"}, i{"i"};
   Halide::RDom rd;                // Dqk
+  Halide::RDom rq;                // Dqk, spec.int8_dot: q's quantisation
   Halide::RDom rk;                // keys of one block: s = kb * key_block + rk
   Halide::RDom rb;                // the key blocks of one split: kb = sp * blocks_per_split + rb
   Halide::RDom rs;                // the splits, in the merge
@@ -74,7 +79,9 @@ struct DecodeFuncs {
   Halide::Func k_scale, v_scale;  // (s, hk, b) an i8 cache's scales, slot clamped (else undefined)
   Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
   Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows
-  Halide::Func dot;               // (s, r, hk, b) raw q.k
+  Halide::Func dot;               // (s, r, hk, b) raw q.k (spec.int8_dot: i32, of q_i8 and k_u8)
+  Halide::Func q_amax, q_i8, q_scale, q_sum;  // spec.int8_dot: (d, r, hk, b) q quantised, (r, hk, b)
+                                      // its scale and the sum of its elements
   Halide::Func scores;            // (s, r, hk, b) scaled, masked
   Halide::Func block_max;         // (kb, r, hk, b)
   Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked

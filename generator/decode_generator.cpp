@@ -61,6 +61,9 @@ class Decode : public Generator<Decode> {
         get_externs_map(), get_target(),
         v_.dtype == attngen::DType::kF16 || v_.kv_dtype == attngen::DType::kF16);
     spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
+    // i8 caches on the avx512bf16 row: q.k by VNNI (attngen::int8_dot_decode).
+    spec.int8_dot = attngen::int8_dot_decode(v_) &&
+                    get_target().has_feature(Halide::Target::AVX512_SapphireRapids);
     const attngen::DecodeTunables tunables =
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 

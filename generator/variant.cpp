@@ -616,7 +616,13 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
   return true;
 }
 
+bool int8_dot_decode(const KernelVariant& v) {
+  return v.op == Op::kDecode && v.kv_dtype == DType::kI8 && v.dtype == DType::kF32 &&
+         !v.generic && v.head_dim_qk % 64 == 0;
+}
+
 bool extension_applies(const KernelVariant& v, const TargetRow& t) {
+  if (t.isa == Isa::kAvx512Bf16 && int8_dot_decode(v)) return true;
   if (!row_builds(t, dtype_name(v.dtype))) return false;
   if (t.isa != Isa::kAvx512Bf16 && t.isa != Isa::kAmx) return true;
   const bool row_form = v.op == Op::kAttention && !v.generic && !v.weights && !v.lse &&

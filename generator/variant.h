@@ -89,9 +89,16 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
 // for an extension row (schedules/targets.h) only where its instructions serve the variant, so
 // that it does not duplicate the base ISA's kernel. avx512bf16: the row form of bf16 attention
 // (specialised, no extra outputs, no pattern, even head dims), where the schedule takes bf16
-// products in pairs (schedules/cpu_bf16.cpp); amx: the same with head dims in whole AMX tiles
-// (q.k's a multiple of 32, p.v's of 16). neonfp16: every f16 kernel.
+// products in pairs (schedules/cpu_bf16.cpp), and the decode kernels of int8_dot_decode (every
+// AVX512-BF16 CPU has AVX512-VNNI, and the row's Halide target enables both); amx: the same
+// attention with head dims in whole AMX tiles (q.k's a multiple of 32, p.v's of 16). neonfp16:
+// every f16 kernel.
 bool extension_applies(const KernelVariant& v, const TargetRow& t);
+
+// A decode kernel over an i8 cache whose q.k the avx512bf16 row computes as VNNI dot products
+// (vpdpbusd: u8 x i8, four products summed per 32-bit lane; generator/decode_algorithm.h,
+// DecodeSpec::int8_dot): specialised, q.k's head dim in whole 64-byte vectors.
+bool int8_dot_decode(const KernelVariant& v);
 
 // The ISA `host` means: the best row of the target table this machine runs (cross builds pass
 // the processor they build for; its best ISA is assumed).

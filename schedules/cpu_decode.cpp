@@ -149,9 +149,17 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
 
   // q.k over the head dim: dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u;
   // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs.
-  RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi");
+  RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi"), rdq("rdq");
   Func dot = per_tile(f.dot);
-  Func dot_rf = dot.update().split(f.rd, rdo, rdi, qk_lanes).rfactor(rdi, u);
+  if (spec.int8_dot) {
+    // The row's quantised q, its scale and sum, once per task.
+    for (Func g : {f.q_amax, f.q_scale, f.q_sum}) g.compute_at(state, sp);
+    f.q_i8.compute_at(state, sp).vectorize(d, 64, TailStrategy::GuardWithIf);
+  }
+  const int dot_lanes = spec.int8_dot ? 64 : qk_lanes;
+  Stage dot_split = dot.update().split(f.rd, rdo, rdi, dot_lanes);
+  if (spec.int8_dot) dot_split.split(rdi, rdi, rdq, 4);
+  Func dot_rf = dot_split.rfactor(rdi, u);
   dot.vectorize(s, lanes).unroll(r, rows, round);
   dot.update()
       .split(s, so, si, t.key_tile, TailStrategy::GuardWithIf)
@@ -166,15 +174,26 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   if (t.prefetch_slots > 0 && f.k_cache.defined()) {
     dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
   }
-  const int d_vectors = spec.head_dim_qk / qk_lanes;
+  const int d_vectors = spec.head_dim_qk / dot_lanes;
   dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
   dot_rf.vectorize(u).unroll(r);
-  dot_rf.update()
-      .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
-      .reorder(u, r, rdoi, rdoo)
-      .vectorize(u)
-      .unroll(r)
-      .unroll(rdoi);
+  if (spec.int8_dot) {
+    dot_rf.update()
+        .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
+        .reorder(rdq, u, r, rdoi, rdoo)
+        .atomic()
+        .vectorize(rdq)
+        .vectorize(u)
+        .unroll(r)
+        .unroll(rdoi);
+  } else {
+    dot_rf.update()
+        .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
+        .reorder(u, r, rdoi, rdoo)
+        .vectorize(u)
+        .unroll(r)
+        .unroll(rdoi);
+  }
 
   // Scores, max, exps and sums with the block's keys in the lanes.
   Func scores = per_tile(f.scores);

@@ -118,6 +118,22 @@ TEST_P(DecodeKernel, NonFiniteInputs) {
   }
 }
 
+// The i8-cache kernels of the avx512bf16 row quantise each query row as the cache does a K row
+// and take q.k as VNNI integer dot products (docs/semantics.md, "I8"): with q as it is (not
+// rounded first) and K and V as the cache stores them, the result is the f32 one of q so
+// quantised, for q of every sign and scale: uniform, normal with outliers, all-zero rows
+// (scale 0), and rows whose largest element is negative.
+TEST_P(DecodeKernel, QuantisedQueryRows) {
+  const attngen_kernel_info& k = *GetParam();
+  if (std::strcmp(k.isa, "avx512bf16") != 0 || k.dtypes.cache != ATTNGEN_I8) {
+    GTEST_SKIP() << k.name << " takes q as it is";
+  }
+  base(2, 8, 2).unrounded_q().prefill(17).new_tokens(3).steps(3).Test(GetParam());
+  base(1, 8, 2).unrounded_q().realistic().prefill(30).steps(5).Test(GetParam());
+  base(2, 4, 1).unrounded_q().window(5).steps(20).Test(GetParam());
+  base(1, 4, 2).unrounded_q().zero_q_rows().prefill(9).steps(3).Test(GetParam());
+}
+
 // An f16 cache of subnormal halves only (K, V < 2^-14): read as f32 exactly, whatever the
 // target does with subnormal f32 operands (32-bit NEON flushes them to zero).
 TEST_P(DecodeKernel, SubnormalHalves) {

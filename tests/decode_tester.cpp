@@ -84,8 +84,9 @@ struct DecodeTester::Run {
   // Per sequence: tokens before the steps, and the final length.
   std::vector<int64_t> prefix, lengths;
   int64_t longest = 0, capacity = 0;
-  // Whole sequences [B, longest, H, D]; each call copies its tokens out of them.
-  Storage q, k, v;
+  // Whole sequences [B, longest, H, D]; each call copies its tokens out of them. q_ref: the
+  // queries the reference takes where they differ from q (unrounded_q()), else empty.
+  Storage q, k, v, q_ref;
   attngen_kv_cache* cache = nullptr;
   // Per sequence: positions appended so far, the first position attended (-1: none yet), and
   // the output rows (Hq x Dv each) of the attended positions, in order.
@@ -123,6 +124,8 @@ std::string DecodeTester::describe() const {
   if (raw_) s += " raw";
   if (nonfinite_) s += " nonfinite";
   if (tiny_) s += " tiny";
+  if (unrounded_q_) s += " unrounded_q";
+  if (zero_q_rows_) s += " zero_q_rows";
   return s;
 }
 
@@ -221,6 +224,15 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
     }
     for (float& x : r.q.buf) x = std::ldexp(x, 16);
   }
+  if (zero_q_rows_) {
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t p = 0; p < r.longest; ++p) {
+        for (int64_t h = 0; h < hq_; h += 2) {
+          for (int64_t d = 0; d < dqk_; ++d) r.q.set(r.q.offset({b, p, h, d}), 0.0);
+        }
+      }
+    }
+  }
   if (nonfinite_) {
     const double values[3] = {std::numeric_limits<double>::quiet_NaN(),
                               std::numeric_limits<double>::infinity(),
@@ -239,6 +251,15 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
   for (Storage* s : {&r.k, &r.v}) {
     round_rows(*s, input_dtype_);
     if (!raw_) round_rows(*s, cache_dtype_);
+  }
+  // The i8-cache kernels of the avx512bf16 row quantise each query row as the cache quantises
+  // a K row (docs/semantics.md, "I8"): unless raw_kv() or unrounded_q(), q is given quantised
+  // so, and every kernel must meet the f32 tolerance.
+  if (!raw_ && !unrounded_q_ && cache_dtype_ == ATTNGEN_I8) round_rows(r.q, ATTNGEN_I8);
+  if (unrounded_q_) {
+    r.q_ref.init({batch_, r.longest, hq_, dqk_}, 0);
+    std::copy(r.q.buf.begin(), r.q.buf.end(), r.q_ref.buf.begin());
+    round_rows(r.q_ref, ATTNGEN_I8);
   }
 }
 
@@ -362,8 +383,9 @@ void DecodeTester::compare_with_reference(const Run& r) const {
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t n = r.lengths[at(b)], first = r.first_attended[at(b)];
     ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
-    View vq = view_of(r.q.t), vk = view_of(r.k.t), vv = view_of(r.v.t);
-    vq.data += r.q.offset({b, first, 0, 0});
+    const Storage& q = unrounded_q_ ? r.q_ref : r.q;
+    View vq = view_of(q.t), vk = view_of(r.k.t), vv = view_of(r.v.t);
+    vq.data += q.offset({b, first, 0, 0});
     vk.data += r.k.offset({b, 0, 0, 0});
     vv.data += r.v.offset({b, 0, 0, 0});
     vq.shape = {1, n - first, hq_, dqk_};

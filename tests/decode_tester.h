@@ -8,8 +8,8 @@
 // count as 0, the gaps of strided outputs as untouched.
 //
 // Cache dtypes: with cache_dtype(F16 / BF16 / I8) the K and V given to the appends are first
-// rounded (quantised, per row) to what the cache stores, for the reference too, so the result
-// must meet the f32 tolerance; raw_kv(rel_l2, max_abs) gives them unrounded instead and checks
+// rounded (quantised, per row) to what the cache stores, for the reference too (with an I8 cache
+// q too, as the VNNI kernels quantise it), so the result must meet the f32 tolerance; raw_kv(rel_l2, max_abs) gives them unrounded instead and checks
 // the stated bound (the error of the storage type itself). input_dtype(F16 / BF16) appends
 // tensors of that type (their values are the reference's).
 #pragma once
@@ -109,6 +109,18 @@ class DecodeTester {
     raw_max_abs_ = max_abs;
     return *this;
   }
+  // q given as it is to a kernel that quantises it per row as an i8 cache does a K row (the
+  // i8-cache decode kernels of the avx512bf16 row: docs/semantics.md, "I8"), the reference
+  // taking it so quantised; with cache_dtype(I8), K and V rounded: the f32 tolerance.
+  DecodeTester& unrounded_q() {
+    unrounded_q_ = true;
+    return *this;
+  }
+  // Every other query head's rows all zeros (the scores of such a row all 0).
+  DecodeTester& zero_q_rows() {
+    zero_q_rows_ = true;
+    return *this;
+  }
   // K and V like a model's rather than uniform: normal, K with a few outlier channels (x8) and
   // per-channel offsets, as in the keys of trained LLMs (what makes per-token int8 scales coarse).
   DecodeTester& realistic() {
@@ -169,7 +181,8 @@ class DecodeTester {
   int64_t window_ = -1, capacity_ = 0, layers_ = 1, layer_ = 0, pad_ = 0;
   int32_t kv_splits_ = 0;
   attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
-  bool raw_ = false, realistic_ = false, nonfinite_ = false, tiny_ = false;
+  bool raw_ = false, realistic_ = false, nonfinite_ = false, tiny_ = false, unrounded_q_ = false;
+  bool zero_q_rows_ = false;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;
   double *report_rel_ = nullptr, *report_abs_ = nullptr;
 };

@@ -44,8 +44,10 @@ inline float quantise_row(float* x, int64_t n) {
   if (amax == 0) return 0;
   const float scale = amax / 127.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const double q = std::clamp(std::nearbyint(static_cast<double>(x[i]) / scale), -127.0, 127.0);
-    x[i] = static_cast<float>(q) * scale;
+    // In float, as the runtime's quantiser and the VNNI kernels' q divide (a quotient rounded
+    // in double could round to the other integer at a tie).
+    const float q = std::clamp(std::nearbyint(x[i] / scale), -127.0f, 127.0f);
+    x[i] = q * scale;
   }
   return scale;
 }
