@@ -1,7 +1,5 @@
 #include "generator/decode_algorithm.h"
 
-#include <cmath>
-
 #include "generator/element.h"
 #include "generator/online_softmax.h"
 
@@ -116,22 +114,26 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     // NaN, as in f32). K's i8 elements become u8 by an offset of 128 (flipping the sign bit),
     // so q.k = q_scale * (sum of q_i8 * (k_i8 + 128) - 128 * sum of q_i8): vpdpbusd's u8 x i8
     // products, four per 32-bit lane, summed exactly in integers.
+    // max|q| from the elements' bits (sign cleared): integers order as the floats they hold,
+    // and infinities and NaNs come out above every finite value (Halide's float comparisons
+    // assume neither).
     f.rq = RDom(0, spec.head_dim_qk, "rq");
-    const Expr x = f.q(f.rq, r, hk, b);
-    f.q_amax = Func("q_amax");  // max|q|, or infinity where the row is not finite
-    f.q_amax(r, hk, b) = 0.0f;
-    f.q_amax(r, hk, b) = Halide::max(f.q_amax(r, hk, b),
-                                     select(is_finite(x), abs(x), Expr(INFINITY)));
-    const Expr amax = f.q_amax(r, hk, b);
-    const Expr finite = amax <= Float(32).max();
+    const Expr magnitude = reinterpret(UInt(32), f.q(f.rq, r, hk, b)) & Expr(uint32_t{0x7fffffff});
+    f.q_amax = Func("q_amax");  // the bits of max|q|
+    f.q_amax(r, hk, b) = Expr(uint32_t{0});
+    f.q_amax(r, hk, b) = Halide::max(f.q_amax(r, hk, b), magnitude);
+    const Expr amax_bits = f.q_amax(r, hk, b);
+    const Expr finite = amax_bits < Expr(uint32_t{0x7f800000});
+    const Expr amax = reinterpret(Float(32), amax_bits);
     f.q_scale = Func("q_scale");
-    f.q_scale(r, hk, b) = select(finite, amax / 127.0f, Expr(std::nanf("")));
+    f.q_scale(r, hk, b) =
+        select(finite, amax / 127.0f, reinterpret(Float(32), Expr(uint32_t{0x7fc00000})));
     f.q_i8 = Func("q_i8");
     const Expr scale = f.q_scale(r, hk, b);
-    f.q_i8(d, r, hk, b) = select(finite && amax > 0.0f,
-                                 cast<int8_t>(clamp(Halide::round(f.q(d, r, hk, b) / scale),
-                                                    -127.0f, 127.0f)),
-                                 cast<int8_t>(0));
+    f.q_i8(d, r, hk, b) =
+        select(finite && amax_bits > Expr(uint32_t{0}),
+               cast<int8_t>(clamp(Halide::round(f.q(d, r, hk, b) / scale), -127.0f, 127.0f)),
+               cast<int8_t>(0));
     f.q_sum = Func("q_sum");
     f.q_sum(r, hk, b) = 0;
     f.q_sum(r, hk, b) += cast<int32_t>(f.q_i8(f.rq, r, hk, b));

@@ -617,8 +617,8 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
 }
 
 bool int8_dot_decode(const KernelVariant& v) {
-  return v.op == Op::kDecode && v.kv_dtype == DType::kI8 && v.dtype == DType::kF32 &&
-         !v.generic && v.head_dim_qk % 64 == 0;
+  return v.op == Op::kDecode && v.kv_dtype == DType::kI8 && v.dtype == DType::kF32 && !v.generic &&
+         v.head_dim_qk % 64 == 0;
 }
 
 bool extension_applies(const KernelVariant& v, const TargetRow& t) {

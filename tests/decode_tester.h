@@ -9,9 +9,10 @@
 //
 // Cache dtypes: with cache_dtype(F16 / BF16 / I8) the K and V given to the appends are first
 // rounded (quantised, per row) to what the cache stores, for the reference too (with an I8 cache
-// q too, as the VNNI kernels quantise it), so the result must meet the f32 tolerance; raw_kv(rel_l2, max_abs) gives them unrounded instead and checks
-// the stated bound (the error of the storage type itself). input_dtype(F16 / BF16) appends
-// tensors of that type (their values are the reference's).
+// q too, as the VNNI kernels quantise it), so the result must meet the f32 tolerance;
+// raw_kv(rel_l2, max_abs) gives them unrounded instead and checks the stated bound (the error of
+// the storage type itself). input_dtype(F16 / BF16) appends tensors of that type (their values are
+// the reference's).
 #pragma once
 
 #include <gtest/gtest.h>
