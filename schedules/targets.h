@@ -97,8 +97,10 @@ inline constexpr TargetRow kTargets[] = {
     {Isa::kAvx512Bf16, "avx512bf16", "x86_64", ATTNGEN_X86_64_SPR, ATTNGEN_X86_64, 64, 32, 24,
      ATTNGEN_SPR_FEATURES, 5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
-     // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them.
-     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]"},
+     // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them. It also has
+     // AVX-VNNI, the VEX-encoded dot products ({vex} vpdpbusd on ymm and xmm vectors) that Zen 4
+     // lacks too: the i8 decode kernels' dot products must stay EVEX (zmm).
+     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]|{vex}"},
     // bf16 attention whose q.k and p.v are AMX tile products (tdpbf16ps: a 16 x 16 tile of f32
     // sums of 32-long bf16 dot products, 15x the FMAs' multiply-adds on Sapphire Rapids), the
     // softmax between them in AVX-512. The same Halide target as avx512bf16 (the generator tells
