@@ -612,6 +612,33 @@ TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
   }
 }
 
+// A decode over an i8 cache runs the avx512bf16 row's kernel (q.k as VNNI dot products) where it
+// is built and this CPU runs it, whatever that CPU's bf16 dot-product rate (which decides for the
+// row's bf16 kernels only), and the avx512 one when "avx512" is forced.
+TEST(DecodeCacheDtype, I8CacheRunsVnniKernel) {
+  const attngen_kernel_info* vnni = nullptr;
+  for (const attngen_kernel_info* k : decode_kernels()) {
+    if (!std::strcmp(k->isa, "avx512bf16") && k->dtypes.cache == ATTNGEN_I8 &&
+        k->head_dim_qk == 128) {
+      vnni = k;
+    }
+  }
+  if (vnni == nullptr) GTEST_SKIP() << "no avx512bf16 i8 decode kernel of D128 is built";
+  if (!attngen_kernel_supported(vnni)) GTEST_SKIP() << "this CPU lacks " << vnni->isa;
+  const auto tester = [] {
+    DecodeTester t;
+    t.batch(1).heads(8, 2).head_dim(128).cache_dtype(ATTNGEN_I8).prefill(9).steps(2);
+    return t;
+  };
+  tester().Test();
+  EXPECT_STREQ(attngen_last_kernel(), vnni->name);
+  ASSERT_EQ(attngen_set_isa("avx512"), ATTNGEN_OK) << attngen_last_error();
+  tester().Test();
+  EXPECT_STRNE(attngen_last_kernel(), vnni->name);
+  EXPECT_NE(std::strstr(attngen_last_kernel(), "avx512"), nullptr) << attngen_last_kernel();
+  attngen_set_isa(nullptr);
+}
+
 // The int8 error on realistic K and V (Llama-like: 32/8 heads of 128, a 256-token sequence)
 // over several fresh draws, reported (ATTNGEN_I8_REPORT=1 prints it) and held to the bound.
 TEST(DecodeCacheDtype, I8QuantisationError) {

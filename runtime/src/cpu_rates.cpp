@@ -94,4 +94,12 @@ bool extension_pays(const char* isa) {
   return true;
 }
 
+bool extension_pays(const attngen_kernel_info& kernel) {
+  if (!std::strcmp(kernel.isa, "avx512bf16") && kernel.op == ATTNGEN_OP_DECODE &&
+      kernel.dtypes.cache == ATTNGEN_I8) {
+    return true;
+  }
+  return extension_pays(kernel.isa);
+}
+
 }  // namespace attngen::rt

@@ -177,6 +177,10 @@ constexpr double kBf16DotRateThatPays = 1.25;
 // on this CPU, where both fit a call: avx512bf16 where bf16_dot_rate() >= kBf16DotRateThatPays,
 // the others always. attngen_set_isa() of an extension runs its kernels regardless.
 bool extension_pays(const char* isa);
+// The same for one kernel: the avx512bf16 row's i8-cache decode kernels (q.k as VNNI integer dot
+// products, 64 products an instruction against 16 FMAs after 16 conversions) always pay; its
+// bf16 kernels as extension_pays(isa).
+bool extension_pays(const attngen_kernel_info& kernel);
 
 // Whether some kernel of the query's dtypes might fit it (a conservative filter: op, dtypes, the
 // pattern kind and extra outputs, head dims): a call of F16 / BF16 tensors that none fits is

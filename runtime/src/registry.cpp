@@ -119,14 +119,14 @@ bool admitted(const char* isa, const char* forced) {
   return row != nullptr && !std::strcmp(row->extends, isa);
 }
 
-// Higher is preferred when several kernels fit (the target table's preference); an extension
-// row whose instructions do not pay on this CPU (extension_pays) ranks just below its base,
-// unless attngen_set_isa() asked for it.
-int isa_rank(const char* isa) {
-  const attngen::TargetRow* t = row_of(isa);
+// Higher is preferred when several kernels fit (the target table's preference of the kernel's
+// ISA); an extension row's kernel whose instructions do not pay on this CPU (extension_pays)
+// ranks just below its base's, unless attngen_set_isa() asked for it.
+int isa_rank(const attngen_kernel_info& k) {
+  const attngen::TargetRow* t = row_of(k.isa);
   if (t == nullptr || t->preference < 0) return -1;
   const attngen::TargetRow* base = *t->extends != '\0' ? row_of(t->extends) : nullptr;
-  if (base != nullptr && g_forced_isa.load() == nullptr && !extension_pays(t->name)) {
+  if (base != nullptr && g_forced_isa.load() == nullptr && !extension_pays(k)) {
     return 2 * base->preference - 1;
   }
   return 2 * t->preference;
@@ -152,7 +152,7 @@ bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
 
 // Whether k is preferred to best, both fitting the call.
 bool better(const attngen_kernel_info& k, const attngen_kernel_info& best, const KernelQuery& q) {
-  if (isa_rank(k.isa) != isa_rank(best.isa)) return isa_rank(k.isa) > isa_rank(best.isa);
+  if (isa_rank(k) != isa_rank(best)) return isa_rank(k) > isa_rank(best);
   // A specialised kernel before a generic one; among generic ones the least padding.
   if (k.generic != best.generic) return !k.generic;
   if (k.generic) return k.head_dim_qk + k.head_dim_v < best.head_dim_qk + best.head_dim_v;
@@ -314,7 +314,7 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   for (size_t i = 0; i < n; ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!fits_shape(*k, query)) continue;
-    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(k->isa) < 0) {
+    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(*k) < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
     // (Only kernels of an admitted ISA make a dtype error: a call whose ISA has no kernel at all
