@@ -617,7 +617,7 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
 }
 
 bool int8_dot_decode(const KernelVariant& v) {
-  return v.op == Op::kDecode && v.kv_dtype == DType::kI8 && v.dtype == DType::kF32 && !v.generic &&
+  return v.op == Op::kDecode && v.kv_dtype == DType::kI8 && v.dtype == DType::kF32 &&
          v.head_dim_qk % 64 == 0;
 }
 

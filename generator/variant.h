@@ -97,7 +97,7 @@ bool extension_applies(const KernelVariant& v, const TargetRow& t);
 
 // A decode kernel over an i8 cache whose q.k the avx512bf16 row computes as VNNI dot products
 // (vpdpbusd: u8 x i8, four products summed per 32-bit lane; generator/decode_algorithm.h,
-// DecodeSpec::int8_dot): specialised, q.k's head dim in whole 64-byte vectors.
+// DecodeSpec::int8_dot): q.k's head dim (a generic kernel's largest) in whole 64-byte vectors.
 bool int8_dot_decode(const KernelVariant& v);
 
 // The ISA `host` means: the best row of the target table this machine runs (cross builds pass
