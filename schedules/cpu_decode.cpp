@@ -14,6 +14,14 @@
 //    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
 //    converted a key tile at a time into L1: the previous schedule, compute-bound at 0.2-0.45
 //    of the streaming read for f16/bf16/i8 caches.
+//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products, the
+//    rfactor's 16 lanes each summing 4 adjacent bytes of the head dim (vpdpbusd: one 64-byte
+//    vector of K, xor'ed into u8 once per key, against each row's quantised q, 2 instructions
+//    per (key, row) at D128 instead of 8 conversions shared by the rows and 8 FMAs); q's rows are
+//    quantised once per task. The i8 kernel 1.36x faster (0.736 of the time, 6 pairs, Zen 4 VM,
+//    bench/RESULTS.md). Then the horizontal sums (~17% of its samples) and P.V (~40%) are what
+//    is left; the 4 rows' horizontal sums as one tree of shuffles (13 instructions for 4 rows
+//    against 32, a lowering pass) measured 1.02 (12 pairs): not the bound.
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key.
@@ -148,7 +156,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   };
 
   // q.k over the head dim: dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u;
-  // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs.
+  // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs. With
+  // int8_dot a lane u sums d = rdo * 64 + 4u + rdq (rdq < 4: one vpdpbusd lane), 64-byte vectors
+  // (a 256-bit vector made LLVM's sapphirerapids CPU emit AVX-VNNI's VEX form, which Zen 4 lacks).
   RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi"), rdq("rdq");
   Func dot = per_tile(f.dot);
   if (spec.int8_dot) {

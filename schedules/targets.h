@@ -92,8 +92,10 @@ inline constexpr TargetRow kTargets[] = {
      ATTNGEN_X86_64 "-sse41-avx-f16c-fma-avx2-avx512-avx512_skylake", ATTNGEN_X86_64, 64, 32, 24,
      "avx512f avx512cd avx512bw avx512dq avx512vl avx2 fma f16c", 4, "vfmadd[0-9]+ps[^\n]*zmm"},
     // bf16 kernels whose products are AVX512-BF16 dot products (vdpbf16ps: pairs of bf16
-    // products summed into f32). Halide names the feature after Sapphire Rapids, whose LLVM CPU
-    // it targets: the CPU check also asks for the Cannon Lake features that target implies.
+    // products summed into f32), and decode kernels over i8 caches whose q.k are AVX512-VNNI dot
+    // products (vpdpbusd; every AVX512-BF16 CPU has VNNI: generator/variant.h, int8_dot_decode).
+    // Halide names the feature after Sapphire Rapids, whose LLVM CPU it targets: the CPU check
+    // also asks for the Cannon Lake features that target implies.
     {Isa::kAvx512Bf16, "avx512bf16", "x86_64", ATTNGEN_X86_64_SPR, ATTNGEN_X86_64, 64, 32, 24,
      ATTNGEN_SPR_FEATURES, 5, "vdpbf16ps[^\n]*zmm", "avx512", "bf16",
      // LLVM's sapphirerapids CPU has AVX512-FP16, which AVX512-BF16 CPUs such as AMD's Zen 4
