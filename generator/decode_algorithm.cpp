@@ -113,10 +113,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     // zeros has scale 0, one holding a NaN or an infinity a NaN scale (every score of the row
     // NaN, as in f32). K's i8 elements become u8 by an offset of 128 (flipping the sign bit),
     // so q.k = q_scale * (sum of q_i8 * (k_i8 + 128) - 128 * sum of q_i8): vpdpbusd's u8 x i8
-    // products, four per 32-bit lane, summed exactly in integers.
-    // max|q| from the elements' bits (sign cleared): integers order as the floats they hold,
-    // and infinities and NaNs come out above every finite value (Halide's float comparisons
-    // assume neither).
+    // products, four per 32-bit lane, summed exactly in integers. max|q| is taken on the
+    // elements' bits (sign cleared): integers order as the floats they hold, and infinities and
+    // NaNs come out above every finite value (Halide's float comparisons assume neither).
     f.rq = RDom(0, spec.head_dim_qk, "rq");
     const Expr magnitude = reinterpret(UInt(32), f.q(f.rq, r, hk, b)) & Expr(uint32_t{0x7fffffff});
     f.q_amax = Func("q_amax");  // the bits of max|q|

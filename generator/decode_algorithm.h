@@ -80,8 +80,9 @@ struct DecodeFuncs {
   Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
   Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows
   Halide::Func dot;               // (s, r, hk, b) raw q.k (spec.int8_dot: i32, of q_i8 and k_u8)
-  Halide::Func q_amax, q_i8, q_scale, q_sum;  // spec.int8_dot: (d, r, hk, b) q quantised, (r, hk,
-                                              // b) its scale and the sum of its elements
+  // spec.int8_dot only: (r, hk, b) the bits of max|q| of a row, its scale and the sum of its
+  // quantised elements; (d, r, hk, b) the quantised row.
+  Halide::Func q_amax, q_scale, q_sum, q_i8;
   Halide::Func scores;            // (s, r, hk, b) scaled, masked
   Halide::Func block_max;         // (kb, r, hk, b)
   Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked
