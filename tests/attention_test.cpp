@@ -199,7 +199,7 @@ TEST(AttentionDispatch, ChoosesAFittingKernel) {
 
 // attngen_set_isa() forces automatic dispatch onto each ISA the library was built for; every
 // one this machine runs gives correct results, the others a named error. A D64 causal call in
-// the dtype of the ISA's kernels (an extension row such as avx512bf16 builds bf16 kernels only,
+// the dtype of the ISA's kernels (an extension row such as avx512bf16 builds bf16 attention only,
 // and admits its base ISA's for the others).
 TEST(AttentionDispatch, ForcedIsa) {
   struct Restore {
