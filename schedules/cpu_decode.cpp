@@ -17,11 +17,14 @@
 //  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products, the
 //    rfactor's 16 lanes each summing 4 adjacent bytes of the head dim (vpdpbusd: one 64-byte
 //    vector of K, xor'ed into u8 once per key, against each row's quantised q, 2 instructions
-//    per (key, row) at D128 instead of 8 conversions shared by the rows and 8 FMAs); q's rows are
-//    quantised once per task. The i8 kernel 1.36x faster (0.736 of the time, 6 pairs, Zen 4 VM,
-//    bench/RESULTS.md). Then the horizontal sums (~17% of its samples) and P.V (~40%) are what
-//    is left; the 4 rows' horizontal sums as one tree of shuffles (13 instructions for 4 rows
-//    against 32, a lowering pass) measured 1.02 (12 pairs): not the bound.
+//    per (key, row) at D128 instead of 8 conversions shared by the rows and 8 FMAs); q's rows
+//    are quantised once per task. The i8 kernel 1.23-1.36x faster (0.736-0.815 of the time, two
+//    runs of 6 pairs, Zen 4 VM, bench/RESULTS.md). P.V (~38% of its samples) and the rows'
+//    horizontal sums (~18%) are what is left. Tried, no faster (bench/RESULTS.md, session 27):
+//    the 4 rows' sums as one tree of shuffles (a lowering pass: 20 instructions for the 4 sums
+//    against 36; 1.02 over 12 pairs), and P.V as 16-bit integer dot products (vpdpwssd, the
+//    weights in fixed point; 57 instructions a key against 78, its share of the samples 37%
+//    against 38%, and it broke the f32 tolerance of the pre-rounded tests).
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key.
