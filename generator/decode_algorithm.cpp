@@ -115,7 +115,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     // so q.k = q_scale * (sum of q_i8 * (k_i8 + 128) - 128 * sum of q_i8): vpdpbusd's u8 x i8
     // products, four per 32-bit lane, summed exactly in integers. max|q| is taken on the
     // elements' bits (sign cleared): integers order as the floats they hold, and infinities and
-    // NaNs come out above every finite value (Halide's float comparisons assume neither).
+    // NaNs come out above every finite value (Halide's float comparisons assume neither). Both
+    // divisions are strict: Halide makes a division by a constant a multiplication by its
+    // reciprocal, which can differ from the quotient in the last bit and round q otherwise.
     f.rq = RDom(0, spec.head_dim_qk, "rq");
     const Expr magnitude = reinterpret(UInt(32), f.q(f.rq, r, hk, b)) & Expr(uint32_t{0x7fffffff});
     f.q_amax = Func("q_amax");  // the bits of max|q|
@@ -125,14 +127,14 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     const Expr finite = amax_bits < Expr(uint32_t{0x7f800000});
     const Expr amax = reinterpret(Float(32), amax_bits);
     f.q_scale = Func("q_scale");
-    f.q_scale(r, hk, b) =
-        select(finite, amax / 127.0f, reinterpret(Float(32), Expr(uint32_t{0x7fc00000})));
+    f.q_scale(r, hk, b) = select(finite, strict_float(amax / 127.0f),
+                                 reinterpret(Float(32), Expr(uint32_t{0x7fc00000})));
     f.q_i8 = Func("q_i8");
     const Expr scale = f.q_scale(r, hk, b);
-    f.q_i8(d, r, hk, b) =
-        select(finite && amax_bits > Expr(uint32_t{0}),
-               cast<int8_t>(clamp(Halide::round(f.q(d, r, hk, b) / scale), -127.0f, 127.0f)),
-               cast<int8_t>(0));
+    f.q_i8(d, r, hk, b) = select(
+        finite && amax_bits > Expr(uint32_t{0}),
+        cast<int8_t>(clamp(Halide::round(strict_float(f.q(d, r, hk, b) / scale)), -127.0f, 127.0f)),
+        cast<int8_t>(0));
     f.q_sum = Func("q_sum");
     f.q_sum(r, hk, b) = 0;
     f.q_sum(r, hk, b) += cast<int32_t>(f.q_i8(f.rq, r, hk, b));
