@@ -622,7 +622,7 @@ bool int8_dot_decode(const KernelVariant& v) {
 }
 
 bool extension_applies(const KernelVariant& v, const TargetRow& t) {
-  if (t.isa == Isa::kAvx512Bf16 && int8_dot_decode(v)) return true;
+  if (row_int8_dots(t) != nullptr && int8_dot_decode(v)) return true;
   if (!row_builds(t, dtype_name(v.dtype))) return false;
   if (t.isa != Isa::kAvx512Bf16 && t.isa != Isa::kAmx) return true;
   const bool row_form = v.op == Op::kAttention && !v.generic && !v.weights && !v.lse &&

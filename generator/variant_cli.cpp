@@ -170,9 +170,9 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_TUNING", tuning);
   // The assembly test's patterns, a CMake list: the row's signature and what the variant adds.
   // Never an empty element (sse41 has no signature of its own): check_asm.cmake fails on one.
-  // The avx512bf16 row's i8-cache decode kernels show its VNNI dot products instead.
-  std::string signature =
-      t.isa == Isa::kAvx512Bf16 && int8_dot_decode(v) ? "vpdpbusd[^\n]*zmm" : t.asm_signature;
+  // A row's i8-cache decode kernels with integer dot products show those instead.
+  const char* int8_dots = row_int8_dots(t);
+  std::string signature = int8_dots != nullptr && int8_dot_decode(v) ? int8_dots : t.asm_signature;
   const auto also_require = [&signature](const char* pattern) {
     if (!signature.empty()) signature += ';';
     signature += pattern;

@@ -200,6 +200,14 @@ inline const char* row_prefetches_slots(const TargetRow& t) {
   return nullptr;
 }
 
+// The instruction (a CMake regex for the assembly test) of the row's decode kernels over i8
+// caches whose q.k are integer dot products (generator/variant.h, int8_dot_decode), or nullptr
+// where the row converts K to f32: AVX512-VNNI's vpdpbusd on the avx512bf16 row (every
+// AVX512-BF16 CPU has VNNI, and the row's Halide target enables both), on zmm vectors.
+inline const char* row_int8_dots(const TargetRow& t) {
+  return t.isa == Isa::kAvx512Bf16 ? "vpdpbusd[^\n]*zmm" : nullptr;
+}
+
 // Lanes of one native vector of elements of `element_bytes` bytes.
 inline int lanes_of(const TargetRow& t, int element_bytes) {
   return t.vector_bytes / element_bytes;

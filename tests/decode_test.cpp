@@ -18,6 +18,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "runtime/src/internal.h"  // rt::int8_dot_kernel
 #include "tests/decode_tester.h"
 #include "tests/kv_dtype.h"
 #include "tests/reference.h"
@@ -118,16 +119,14 @@ TEST_P(DecodeKernel, NonFiniteInputs) {
   }
 }
 
-// The i8-cache kernels of the avx512bf16 row quantise each query row as the cache does a K row
-// and take q.k as VNNI integer dot products (docs/semantics.md, "I8"): with q as it is (not
-// rounded first) and K and V as the cache stores them, the result is the f32 one of q so
-// quantised, for q of every sign and scale: uniform, normal with outliers, all-zero rows
-// (scale 0), and rows whose largest element is negative.
+// The i8-cache kernels that quantise each query row as the cache does a K row and take q.k as
+// integer dot products (rt::int8_dot_kernel: the avx512bf16 row's, docs/semantics.md, "I8"):
+// with q as it is (not rounded first) and K and V as the cache stores them, the result is the f32
+// one of q so quantised, for q of every sign and scale: uniform, normal with outliers, all-zero
+// rows (scale 0), and rows whose largest element is negative.
 TEST_P(DecodeKernel, QuantisedQueryRows) {
   const attngen_kernel_info& k = *GetParam();
-  if (std::strcmp(k.isa, "avx512bf16") != 0 || k.dtypes.cache != ATTNGEN_I8) {
-    GTEST_SKIP() << k.name << " takes q as it is";
-  }
+  if (!rt::int8_dot_kernel(k)) GTEST_SKIP() << k.name << " takes q as it is";
   base(2, 8, 2).unrounded_q().prefill(17).new_tokens(3).steps(3).Test(GetParam());
   base(1, 8, 2).unrounded_q().realistic().prefill(30).steps(5).Test(GetParam());
   base(2, 4, 1).unrounded_q().window(5).steps(20).Test(GetParam());
@@ -618,12 +617,12 @@ TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
 TEST(DecodeCacheDtype, I8CacheRunsVnniKernel) {
   const attngen_kernel_info* vnni = nullptr;
   for (const attngen_kernel_info* k : decode_kernels()) {
-    if (!std::strcmp(k->isa, "avx512bf16") && k->dtypes.cache == ATTNGEN_I8 && !k->generic &&
-        k->head_dim_qk == 128) {
+    if (rt::int8_dot_kernel(*k) && !k->generic && k->head_dim_qk == 128) {
       vnni = k;
     }
   }
-  if (vnni == nullptr) GTEST_SKIP() << "no avx512bf16 i8 decode kernel of D128 is built";
+  if (vnni == nullptr)
+    GTEST_SKIP() << "no i8 decode kernel of D128 with integer dot products is built";
   if (!attngen_kernel_supported(vnni)) GTEST_SKIP() << "this CPU lacks " << vnni->isa;
   const auto tester = [] {
     DecodeTester t;

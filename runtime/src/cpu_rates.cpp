@@ -6,6 +6,7 @@
 
 #include "runtime/src/internal.h"
 #include "schedules/cpu_features.h"
+#include "schedules/targets.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #include <immintrin.h>
@@ -94,12 +95,14 @@ bool extension_pays(const char* isa) {
   return true;
 }
 
+bool int8_dot_kernel(const attngen_kernel_info& kernel) {
+  const attngen::TargetRow* row = attngen::find_target(kernel.isa);
+  return row != nullptr && attngen::row_int8_dots(*row) != nullptr &&
+         kernel.op == ATTNGEN_OP_DECODE && kernel.dtypes.cache == ATTNGEN_I8;
+}
+
 bool extension_pays(const attngen_kernel_info& kernel) {
-  if (!std::strcmp(kernel.isa, "avx512bf16") && kernel.op == ATTNGEN_OP_DECODE &&
-      kernel.dtypes.cache == ATTNGEN_I8) {
-    return true;
-  }
-  return extension_pays(kernel.isa);
+  return int8_dot_kernel(kernel) || extension_pays(kernel.isa);
 }
 
 }  // namespace attngen::rt

@@ -181,6 +181,9 @@ bool extension_pays(const char* isa);
 // products, 64 products an instruction against 16 FMAs after 16 conversions) always pay; its
 // bf16 kernels as extension_pays(isa).
 bool extension_pays(const attngen_kernel_info& kernel);
+// Whether a decode kernel quantises q per row and takes q.k as integer dot products: one over an
+// i8 cache on a row with them (attngen::row_int8_dots, schedules/targets.h).
+bool int8_dot_kernel(const attngen_kernel_info& kernel);
 
 // Whether some kernel of the query's dtypes might fit it (a conservative filter: op, dtypes, the
 // pattern kind and extra outputs, head dims): a call of F16 / BF16 tensors that none fits is
