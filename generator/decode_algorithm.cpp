@@ -116,8 +116,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     // products, four per 32-bit lane, summed exactly in integers. max|q| is taken on the
     // elements' bits (sign cleared): integers order as the floats they hold, and infinities and
     // NaNs come out above every finite value (Halide's float comparisons assume neither). Both
-    // divisions are strict: Halide makes a division by a constant a multiplication by its
-    // reciprocal, which can differ from the quotient in the last bit and round q otherwise.
+    // divisions are strict floats: without, a q element now and then rounded the other way from
+    // the runtime's quotient (DecodeKernel.QuantisedQueryRows, about 1 run in 60; which rewrite
+    // of the division did it was not established).
     f.rq = RDom(0, spec.head_dim_qk, "rq");
     const Expr magnitude = reinterpret(UInt(32), f.q(f.rq, r, hk, b)) & Expr(uint32_t{0x7fffffff});
     f.q_amax = Func("q_amax");  // the bits of max|q|
