@@ -1825,10 +1825,23 @@ void fuzz_pattern_attends(Input& in, Fill& fill) {
             ps.p.global_tokens < 1000;
   }
   if (ps.kind == ATTNGEN_PATTERN_BLOCK_SPARSE) {
-    valid = valid && ps.p.layout != nullptr && layout.dtype() == ATTNGEN_BOOL &&
-            ps.p.layout->data != nullptr && layout.t.rank == 2 && ps.p.block > 0 &&
-            ps.p.block < 1000 && !ps.layout.empty() && layout.t.strides[1] == 1 &&
-            layout.t.strides[0] >= ps.cols;
+    // The layout checks of a call (docs/semantics.md, "Defined for every input"), all of them:
+    // a layout a call rejects answers 0. (A stride past 2^31 - 1 is rejected even on a dimension
+    // of size 1, where it is never stepped: CI's run drew shape [1, 2] with strides
+    // [INT64_MAX, 1], which this oracle took for valid; regression fixed14.)
+    const attngen_tensor* l = ps.p.layout;
+    const auto index_ok = [](int64_t v, int64_t lo) { return v >= lo && v <= INT32_MAX; };
+    const bool layout_ok = l != nullptr && l->data != nullptr && layout.dtype() == ATTNGEN_BOOL &&
+                           l->rank == 2 && ps.p.block > 0 && index_ok(l->shape[0], 1) &&
+                           index_ok(l->shape[1], 1) && index_ok(l->strides[0], 0) &&
+                           index_ok(l->strides[1], 0) &&
+                           (l->shape[1] == 1 || l->strides[1] == 1) && layout.addressable();
+    if (!layout_ok && !null_p && got != 0) {
+      fail("pattern_attends returned %d for a layout a call rejects", got);
+    }
+    // Compared where the harness holds the entries (small layouts of the drawn [rows, cols]).
+    valid = valid && layout_ok && ps.p.block < 1000 && !ps.layout.empty() &&
+            l->shape[0] == ps.rows && l->shape[1] == ps.cols;
   }
   if (valid && got != static_cast<int>(pattern_attends_ref(ps, p, i, j))) {
     fail("pattern_attends returned %d, the contract says %d", got, !got);
