@@ -1834,8 +1834,8 @@ void fuzz_pattern_attends(Input& in, Fill& fill) {
     const bool layout_ok = l != nullptr && l->data != nullptr && layout.dtype() == ATTNGEN_BOOL &&
                            l->rank == 2 && ps.p.block > 0 && index_ok(l->shape[0], 1) &&
                            index_ok(l->shape[1], 1) && index_ok(l->strides[0], 0) &&
-                           index_ok(l->strides[1], 0) &&
-                           (l->shape[1] == 1 || l->strides[1] == 1) && layout.addressable();
+                           index_ok(l->strides[1], 0) && (l->shape[1] == 1 || l->strides[1] == 1) &&
+                           layout.addressable();
     if (!layout_ok && !null_p && got != 0) {
       fail("pattern_attends returned %d for a layout a call rejects", got);
     }
