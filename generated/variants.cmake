@@ -25,10 +25,8 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 96"
     "OP attention HEAD_DIM 96 MASK causal"
     "OP attention HEAD_DIM 256 MASK causal"
-    # (No short-sequence kernel: AVX-512's tuned D64 tile is 16 rows, which pads ViT's 197 tokens
-    # to 208 rows; the QUERY_TILE 32 kernel that served them, 224 rows, took 1.09-1.16x the time.
-    # schedules/tuned/x86_64_avx512.json. A QUERY_TILE variant is taken where it pads a tenth
-    # fewer rows: runtime/src/registry.cpp.)
+    # (No short-sequence QUERY_TILE kernel: AVX-512's tuned D64 tile, schedules/tuned/, pads
+    # ViT's rows less than the QUERY_TILE 32 kernel did; bench/RESULTS.md, session 28.)
     # The key-block (online softmax) form asked for explicitly: the runtime prefers these for
     # long key sequences (runtime/src/registry.cpp). Blocks of 512 keys dense and 256 causal
     # (a causal tile's last block is partly masked): 0.89-0.95 and 0.95-0.98 of the time of

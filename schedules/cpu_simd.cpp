@@ -15,10 +15,8 @@
 // runs over e_chunk input features at a time.
 //
 // The measurements behind these choices (2026-11-29, AVX-512, same-run ratios) are in
-// bench/RESULTS.md, "Measurements behind the code's choices". AVX-512's D64 dense and causal
-// kernels run tuned tunables instead of the defaults (schedules/tuned/x86_64_avx512.json): tiles
-// of 16 query rows, key tiles of 8, p.v tiles of 4 rows, 0.92-0.97 of the defaults' time from
-// ViT to S2048 on a Zen 4 VM (bench/RESULTS.md, session 28).
+// bench/RESULTS.md, "Measurements behind the code's choices". Tuned classes (AVX-512's D64
+// dense and causal kernels) run the tunables of schedules/tuned/, not these defaults.
 #include "schedules/schedule.h"
 
 namespace attngen {
