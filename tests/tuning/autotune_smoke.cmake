@@ -1,12 +1,25 @@
 # ctest tuning.autotune_smoke: bench/autotune end to end on a tiny budget and shape (generator,
 # shared objects, harness, search, A/B run), then its tuning file read back by the build's
-# lookup (attngen_generator --tuning-lookup, the reader attngen_add_kernel uses).
+# lookup (attngen_generator --tuning-lookup, the reader attngen_add_kernel uses). The file starts
+# with an entry for the class: the search's first point, which the new entry's provenance
+# carries (with the old provenance) and its verdict names where it stays or gives way.
 #   cmake -DSOURCE_DIR=<attngen> -DPYTHON=<python3> -DGENERATOR=<attngen_generator>
 #         -DWORK=<dir> -P tests/tuning/autotune_smoke.cmake
 cmake_minimum_required(VERSION 3.25)
 set(class "attention d64 causal")
 set(out "${WORK}/x86_64_smoke.json")
 file(REMOVE_RECURSE "${WORK}")
+# The tuning file's target: the one bench/autotune picks here (this machine's ISA).
+execute_process(COMMAND "${GENERATOR}" --describe --class "${class}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE described ERROR_VARIABLE error)
+if (NOT rc EQUAL 0)
+  message(FATAL_ERROR "${GENERATOR} --describe failed (${rc}): ${error}")
+endif ()
+string(JSON arch GET "${described}" arch)
+string(JSON isa GET "${described}" isa)
+file(WRITE "${out}" "{\"format\": \"attngen-tuning-1\", \"target\": \"${arch}_${isa}\", \"entries\": {
+  \"${class}\": {\"tunables\": {\"query_tile\": 16, \"key_tile\": 4},
+                  \"provenance\": {\"method\": \"autotune_smoke\"}}}}\n")
 execute_process(COMMAND "${PYTHON}" "${SOURCE_DIR}/bench/autotune" --class "${class}"
                         --shapes 1,2,64 --budget-min 0.5 --autoschedulers none --threads 1
                         --ab-seconds 2 --generator "${GENERATOR}" --work "${WORK}" --out "${out}"
@@ -17,6 +30,23 @@ endif ()
 message(STATUS "${report}")
 file(READ "${out}" json)
 string(JSON target GET "${json}" target)
+# The file's entry went first, and the new provenance records it.
+file(READ "${WORK}/state.json" state)
+string(JSON first MEMBER "${state}" classes "${class}" evals 0)
+if (NOT first MATCHES "(^| )key_tile=4( |$)" OR NOT first MATCHES "(^| )query_tile=16( |$)")
+  message(FATAL_ERROR "the search's first point is '${first}', not the file's entry")
+endif ()
+string(JSON old GET "${json}" entries "${class}" provenance file_entry provenance method)
+string(JSON old_tile GET "${json}" entries "${class}" provenance file_entry tunables key_tile)
+if (NOT old STREQUAL "autotune_smoke" OR NOT old_tile EQUAL 4)
+  message(FATAL_ERROR "the new provenance does not carry the file's entry:\n${json}")
+endif ()
+string(JSON verdict GET "${json}" entries "${class}" provenance verdict)
+if (NOT verdict MATCHES "^tuned: .*; it replaces the file's entry before this run" AND
+    NOT verdict MATCHES "^the file's entry kept" AND
+    NOT verdict MATCHES "gives way to the defaults$")
+  message(FATAL_ERROR "the verdict says nothing of the file's entry: ${verdict}")
+endif ()
 execute_process(COMMAND "${GENERATOR}" --tuning-lookup "${out}" "${target}" "${class}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE lookup ERROR_VARIABLE error)
 if (NOT rc EQUAL 0)
@@ -45,5 +75,4 @@ list(SORT read_back)
 if (NOT "${written}" STREQUAL "${read_back}")
   message(FATAL_ERROR "--tuning-lookup read '${t}' from ${out}, which has ${entry}")
 endif ()
-string(JSON verdict GET "${json}" entries "${class}" provenance verdict)
 message(STATUS "entry read back: '${t}' (${verdict})")
