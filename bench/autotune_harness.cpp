@@ -6,17 +6,18 @@
 //
 //   autotune_harness --op attention [--causal] [--cap] --shape B,H,S,D[,Dv] ...
 //       --lib cand.so:function [--lib ...] [--rounds N] [--warmup N] [--max-seconds S]
-//       [--check] [--check-timed] [--allocator cached|system]
+//       [--check] [--check-timed] [--allocator cached|system] [--nested runtime|halide]
 //   autotune_harness --op linear --shape B,S,E,N ... --lib ...
 //
 // One harness serves every candidate (no per-candidate compile), and running several kernels in
 // one process gives paired measurements (bench/README.md, "Autotuning"). It needs only
-// HalideRuntime.h, the runtime's header-only block cache and libdl, so it cross-compiles (e.g.
-// aarch64-linux-gnu-g++, run under qemu).
+// HalideRuntime.h, the runtime's header-only block cache and nested-loop policy and libdl, so it
+// cross-compiles (e.g. aarch64-linux-gnu-g++, run under qemu).
 // Threads: the Halide runtime's HL_NUM_THREADS (default: one per core).
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,9 +26,11 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../runtime/src/block_cache.h"
+#include "../runtime/src/nested_loops.h"
 #include "HalideRuntime.h"
 
 namespace {
@@ -58,12 +61,40 @@ using attngen::block_cache::release;
   std::exit(2);
 }
 
+// The kernels' nested parallel loops (--nested runtime, the default): run as the attngen runtime
+// runs them (runtime/src/nested_loops.h: in order where the enclosing loops spread evenly over
+// the threads), not as Halide's pool would. A schedule's loops then cost what they cost users:
+// with Halide's pool a head's query tiles ran on both threads, and the candidates that win there
+// (a coarser parallel_grain, ViT 0.85x) did not win through the runtime. Each shared object has
+// its own Halide runtime, so each gets its own hook: slot n calls object n's default do_par_for.
+constexpr int kMaxKernels = 32;
+struct RuntimeHooks {
+  attngen::nested_loops::ParFor par_for = nullptr;
+  attngen::nested_loops::DoTask do_task = nullptr;
+};
+std::array<RuntimeHooks, kMaxKernels> g_hooks;
+int g_threads = 1;
+
+template <int N>
+int nested_par_for(void* user_context, halide_task_t fn, int min, int size, uint8_t* closure) {
+  return attngen::nested_loops::run(user_context, fn, min, size, closure, g_threads,
+                                    g_hooks[N].par_for, g_hooks[N].do_task);
+}
+
+template <int... N>
+constexpr std::array<attngen::nested_loops::ParFor, sizeof...(N)> par_for_hooks(
+    std::integer_sequence<int, N...>) {
+  return {&nested_par_for<N>...};
+}
+constexpr auto kParForHooks = par_for_hooks(std::make_integer_sequence<int, kMaxKernels>());
+
 struct Options {
   std::string op = "attention";
   bool causal = false, cap = false, check = false, check_timed = false;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::string> libs;
   std::string allocator = "cached";
+  std::string nested = "runtime";
   int rounds = 5, warmup = 1;
   double max_seconds = 1e9;
 };
@@ -289,7 +320,7 @@ struct Kernel {
   }
 };
 
-Kernel load(const std::string& spec, bool cached_allocator) {
+Kernel load(const std::string& spec, bool cached_allocator, bool runtime_nested, int slot) {
   const size_t colon = spec.rfind(':');
   if (colon == std::string::npos) fail("--lib takes path.so:function_name");
   Kernel k;
@@ -312,6 +343,19 @@ Kernel load(const std::string& spec, bool cached_allocator) {
     if (set_malloc == nullptr || set_free == nullptr) fail(k.lib + ": no halide_set_custom_malloc");
     set_malloc(&allocate);
     set_free(&release);
+  }
+  if (runtime_nested) {
+    using SetParFor = halide_do_par_for_t (*)(halide_do_par_for_t);
+    auto set_par_for = reinterpret_cast<SetParFor>(dlsym(handle, "halide_set_custom_do_par_for"));
+    g_hooks[slot].par_for =
+        reinterpret_cast<attngen::nested_loops::ParFor>(dlsym(handle, "halide_default_do_par_for"));
+    g_hooks[slot].do_task =
+        reinterpret_cast<attngen::nested_loops::DoTask>(dlsym(handle, "halide_do_task"));
+    if (set_par_for == nullptr || g_hooks[slot].par_for == nullptr ||
+        g_hooks[slot].do_task == nullptr) {
+      fail(k.lib + ": no halide_set_custom_do_par_for (--nested halide runs without it)");
+    }
+    set_par_for(kParForHooks[slot]);
   }
   return k;
 }
@@ -350,6 +394,9 @@ Options parse(int argc, char** argv) {
       if (o.allocator != "cached" && o.allocator != "system") {
         fail("--allocator is cached or system");
       }
+    } else if (a == "--nested") {
+      o.nested = value();
+      if (o.nested != "runtime" && o.nested != "halide") fail("--nested is runtime or halide");
     } else if (a == "--check-timed") {
       o.check_timed = true;
     } else if (a == "--shape") {
@@ -367,6 +414,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.libs.empty()) fail("no --lib");
+  if (o.libs.size() > kMaxKernels) fail("at most " + std::to_string(kMaxKernels) + " --lib");
   return o;
 }
 
@@ -380,9 +428,16 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
+  // The thread count the kernels' Halide runtimes start with (HL_NUM_THREADS, else one per
+  // core), which the nested-loop policy weighs the enclosing loops' tasks against.
+  const char* env_threads = std::getenv("HL_NUM_THREADS");
+  g_threads = env_threads != nullptr && std::atoi(env_threads) > 0
+                  ? std::atoi(env_threads)
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<Kernel> kernels;
   for (const std::string& spec : opt.libs) {
-    kernels.push_back(load(spec, opt.allocator == "cached"));
+    kernels.push_back(load(spec, opt.allocator == "cached", opt.nested == "runtime",
+                           static_cast<int>(kernels.size())));
   }
 
   // Correctness first (a wrong candidate must never win): on a small odd shape, or with

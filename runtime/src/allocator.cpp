@@ -35,6 +35,7 @@
 #include "HalideRuntime.h"
 #include "runtime/src/block_cache.h"
 #include "runtime/src/internal.h"
+#include "runtime/src/nested_loops.h"
 #include "runtime/src/workspace.h"
 
 namespace attngen::rt {
@@ -261,43 +262,6 @@ int do_loop_task(void* user_context, halide_loop_task_t fn, int min, int extent,
   return result;
 }
 
-// The tasks of the parallel loops enclosing the one this thread runs a task of (their sizes
-// multiplied; 0 outside any), set by with_width() around each task of a loop started through
-// do_par_for().
-ATTNGEN_THREAD_LOCAL int t_width = 0;
-
-struct WidthClosure {
-  halide_task_t fn;
-  uint8_t* closure;
-  int width;  // tasks of this loop times those of the loops enclosing it
-};
-
-int with_width(void* user_context, int idx, uint8_t* closure) {
-  const WidthClosure& w = *reinterpret_cast<const WidthClosure*>(closure);
-  const int saved = t_width;
-  t_width = w.width;
-  const int result = w.fn(user_context, idx, w.closure);
-  t_width = saved;
-  return result;
-}
-
-// Whether `width` tasks of equal size keep `threads` threads busy without more: at least 0.85
-// of the time of `threads` threads taking them in rounds (16 heads on 2 or 8 threads, any count
-// from 8 per thread on; not 3 on 2, 20 on 16).
-bool spreads_evenly(int64_t width, int64_t threads) {
-  if (width < threads) return false;
-  const int64_t rounds = (width + threads - 1) / threads;
-  return width * 100 >= 85 * threads * rounds;
-}
-
-int run_serially(void* user_context, halide_task_t fn, int min, int size, uint8_t* closure) {
-  for (int i = min; i < min + size; ++i) {
-    const int result = halide_do_task(user_context, fn, i, closure);
-    if (result != 0) return result;
-  }
-  return 0;
-}
-
 // A parallel loop started by a task while this thread holds blocks of a run with memory of its
 // own runs its tasks here, in order: a thread holding blocks never waits in Halide's pool (where
 // it could take other tasks, of this run or another, each holding more), so a run's blocks are
@@ -305,25 +269,16 @@ int run_serially(void* user_context, halide_task_t fn, int min, int size, uint8_
 // held by a thread that runs to the end of its tasks). Such loops (attention's query tiles of a
 // head whose K and V tiles it holds) lose their parallelism; the loops above them keep it.
 //
-// A nested loop whose enclosing loops already spread evenly over the pool's threads runs here
-// in order too (attention's query tiles of one of 96 heads, decode's splits of one of 8 kv
-// heads on 2 threads): through Halide's pool each of its tasks costs a queue lock, and a thread
-// that ends a head's tasks waits for the last of them (ViT's B8 H12 S197 ran 1.2x faster so,
-// bench/RESULTS.md). Loops of other Halide pipelines of the process go through here as well:
-// the choice reads no user_context.
+// A nested loop whose enclosing loops already spread evenly over the pool's threads runs in
+// order too (nested_loops.h). Loops of other Halide pipelines of the process go through here as
+// well: the choice reads no user_context.
 int do_par_for(void* user_context, halide_task_t fn, int min, int size, uint8_t* closure) {
   if (t_blocks.memory != nullptr) {
     t_blocks.memory->nested.store(true);
-    return run_serially(user_context, fn, min, size, closure);
+    return nested_loops::run_in_order(user_context, fn, min, size, closure, halide_do_task);
   }
-  if (t_width > 0 && spreads_evenly(t_width, thread_count())) {
-    return run_serially(user_context, fn, min, size, closure);
-  }
-  WidthClosure w{
-      fn, closure,
-      static_cast<int>(std::min<int64_t>(int64_t{std::max(t_width, 1)} * size, int64_t{1} << 30))};
-  return halide_default_do_par_for(user_context, with_width, min, size,
-                                   reinterpret_cast<uint8_t*>(&w));
+  return nested_loops::run(user_context, fn, min, size, closure, thread_count(),
+                           halide_default_do_par_for, halide_do_task);
 }
 
 Mutex& needs_mutex() {
