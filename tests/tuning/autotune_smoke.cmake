@@ -15,9 +15,8 @@ execute_process(COMMAND "${GENERATOR}" --describe --class "${class}"
 if (NOT rc EQUAL 0)
   message(FATAL_ERROR "${GENERATOR} --describe failed (${rc}): ${error}")
 endif ()
-string(JSON arch GET "${described}" arch)
-string(JSON isa GET "${described}" isa)
-file(WRITE "${out}" "{\"format\": \"attngen-tuning-1\", \"target\": \"${arch}_${isa}\", \"entries\": {
+string(JSON tuning_target GET "${described}" target)
+file(WRITE "${out}" "{\"format\": \"attngen-tuning-1\", \"target\": \"${tuning_target}\", \"entries\": {
   \"${class}\": {\"tunables\": {\"query_tile\": 16, \"key_tile\": 4},
                   \"provenance\": {\"method\": \"autotune_smoke\"}}}}\n")
 execute_process(COMMAND "${PYTHON}" "${SOURCE_DIR}/bench/autotune" --class "${class}"
