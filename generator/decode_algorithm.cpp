@@ -1,6 +1,7 @@
 #include "generator/decode_algorithm.h"
 
 #include "generator/element.h"
+#include "generator/kv_layout.h"
 #include "generator/online_softmax.h"
 
 namespace attngen {
@@ -69,10 +70,25 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr len = in.kv_len(b);
   const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
   // As stored first (inline unless a schedule copies a block of slots), then as f32.
+  const bool quantised = spec.kv_type == Int(8);
   f.k_stored = Func("k_stored");
-  f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
   f.v_stored = Func("v_stored");
-  f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
+  // An i8 cache's slots come in groups (generator/kv_layout.h; k and v are (byte, group, hkv, b)
+  // views of each group's K and V parts). K is read by whole groups, the last one clamped: its
+  // bytes past the filled slots are finite integers, and the select of `scores` drops their
+  // scores, so a schedule can load the 16 keys of a group as one vector. V is read by the
+  // clamped slot, as for every dtype.
+  const Expr slot_group = clamp(s / kI8SlotGroup, 0, in.slots / kI8SlotGroup - 1);
+  const Expr group_slot = slot_group * kI8SlotGroup + s % kI8SlotGroup;
+  if (quantised) {
+    const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);
+    f.k_stored(d, s, hk, b) = in.k(i8_k_offset(dq, s % kI8SlotGroup), slot_group, hk, b);
+    f.v_stored(d, s, hk, b) =
+        in.v(i8_v_offset(dv, slot % kI8SlotGroup, dv_stored), slot / kI8SlotGroup, hk, b);
+  } else {
+    f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
+    f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
+  }
   f.k = Func("k_slots");
   f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(f.k_stored(d, s, hk, b), spec));
   f.v = Func("v_slots");
@@ -80,10 +96,9 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // An i8 cache: K's scale multiplies the score (s = scale * k_scale * q.k_i8), V's the
   // probability of its key in probs.V (sum of p * v_scale * v_i8); the block sums take the
   // probabilities as they are.
-  const bool quantised = spec.kv_type == Int(8);
   if (quantised) {
     f.k_scale = Func("k_scale");
-    f.k_scale(s, hk, b) = in.kv_scales(0, slot, hk, b);
+    f.k_scale(s, hk, b) = in.kv_scales(0, group_slot, hk, b);
     f.v_scale = Func("v_scale");
     f.v_scale(s, hk, b) = in.kv_scales(1, slot, hk, b);
   }
@@ -103,6 +118,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr p = f.position(s, b), query_position = f.row_position(r, b);
   Expr attend = s < in.slots && p >= 0 && p <= query_position;
   attend = attend && (in.window < 0 || p >= query_position - in.window);
+  // (An i8 cache's slots past the capacity, in its last group, hold no position.)
+  if (quantised) attend = attend && s < in.capacity;
 
   f.rd = RDom(0, spec.head_dim_qk, "rd");
   f.dot = Func("dot");
@@ -143,6 +160,18 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     f.dot(s, r, hk, b) = 0;
     f.dot(s, r, hk, b) += cast<int32_t>(k_u8) * cast<int32_t>(f.q_i8(f.rd, r, hk, b));
     dot = cast<float>(f.dot(s, r, hk, b) - 128 * f.q_sum(r, hk, b)) * scale;
+  } else if (quantised) {
+    // q.k over an i8 cache in f32: q's row read through q_tiled, its elements 4 at a time
+    // (those sharing a 32-bit lane of K's group layout) repeated for 4 adjacent keys, the same
+    // values (inline, it is q itself), so that a schedule taking 4 keys x 4 elements of the
+    // head dim in 16 lanes can stage q once per task as the vectors it multiplies.
+    f.q_tiled = Func("q_tiled");
+    const Var e("e"), dg("dg");
+    f.q_tiled(e, dg, r, hk, b) = f.q(dg * kI8DotBytes + e % kI8DotBytes, r, hk, b);
+    const Expr e_of = f.rd % kI8DotBytes + (s % kI8DotBytes) * kI8DotBytes;
+    f.dot(s, r, hk, b) = 0.0f;
+    f.dot(s, r, hk, b) += f.q_tiled(e_of, f.rd / kI8DotBytes, r, hk, b) * f.k(f.rd, s, hk, b);
+    dot = f.dot(s, r, hk, b);
   } else {
     f.dot(s, r, hk, b) = 0.0f;
     f.dot(s, r, hk, b) += f.q(f.rd, r, hk, b) * f.k(f.rd, s, hk, b);

@@ -5,7 +5,8 @@
 // per layer [B, Hkv, capacity, Dqk + Dv], each slot's K then its V, so a kv head's keys and
 // values are one contiguous stream (measured on the 2-core dev machine, paired runs: 0.83 of a
 // plain streaming read, against 0.76 with K and V in separate arrays; bench/RESULTS.md). k and
-// v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart.
+// v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart
+// (an i8 cache's: (byte, group, hkv, b) of its groups of 16 slots, generator/kv_layout.h).
 // Slot s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
 // that is p = s (a plain cache), beyond it the cache is a ring buffer of the last `capacity`
 // positions. Queries are aligned bottom-right: query i of sequence b sits at position
@@ -50,12 +51,16 @@ struct DecodeSpec {
 };
 
 struct DecodeInputs {
-  Halide::Func q;          // (d, h, i, b) the new queries, BSHD
-  Halide::Func k, v;       // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type
+  Halide::Func q;  // (d, h, i, b) the new queries, BSHD
+  // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8 cache's (byte, group,
+  // hkv, b), its groups' K and V parts (generator/kv_layout.h)
+  Halide::Func k, v;
   Halide::Func kv_scales;  // (c, s, hkv, b) f32, i8 caches only: c = 0 K's scale, 1 V's
   Halide::Func kv_len;     // (b) positions in the cache (after the append of the new tokens)
   Halide::Func q_len;      // (b) real query rows of sequence b (<= seq_q)
-  Halide::Expr seq_q, slots, heads_q, heads_kv;  // slots: extent of k and v along s
+  // slots: extent of k and v along s (an i8 cache: whole groups of slots, padding past the
+  // capacity included)
+  Halide::Expr seq_q, slots, heads_q, heads_kv;
   Halide::Expr capacity;  // ring size: slot of position p is p mod capacity (>= slots)
   Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none
   Halide::Expr scale;
@@ -83,6 +88,9 @@ struct DecodeFuncs {
   // spec.int8_dot only: (r, hk, b) the bits of max|q| of a row, its scale and the sum of its
   // quantised elements; (d, r, hk, b) the quantised row.
   Halide::Func q_amax, q_scale, q_sum, q_i8;
+  // An i8 cache without int8_dot: (e, dg, r, hk, b) = q (dg * 4 + e % 4, r, hk, b), e < 16: q.k
+  // reads q's row through it (inline unless a schedule stages it: schedules/cpu_decode.cpp).
+  Halide::Func q_tiled;
   Halide::Func scores;            // (s, r, hk, b) scaled, masked
   Halide::Func block_max;         // (kb, r, hk, b)
   Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "generator/decode_algorithm.h"
+#include "generator/kv_layout.h"
 #include "generator/native_code.h"
 #include "generator/online_softmax.h"
 #include "generator/plan.h"
@@ -76,14 +77,17 @@ class Decode : public Generator<Decode> {
     in.q_len = *q_len;
     in.seq_q = q->dim(2).extent();
     in.heads_q = q->dim(1).extent();
-    in.slots = k->dim(1).extent();
+    // An i8 cache's k and v are (byte, group, hkv, b) views of its groups of slots
+    // (generator/kv_layout.h), whole groups of the slots the runtime gives.
+    const bool i8 = v_.kv_dtype == attngen::DType::kI8;
+    in.slots = i8 ? k->dim(1).extent() * attngen::kI8SlotGroup : k->dim(1).extent();
     in.heads_kv = k->dim(2).extent();
     in.capacity = *capacity;
     in.window = *window;
     in.scale = *scale;
     in.split_keys = *split_keys;
     in.dqk = q->dim(0).extent();
-    in.dv = v->dim(0).extent();
+    in.dv = i8 ? v->dim(0).extent() / attngen::kI8SlotGroup : v->dim(0).extent();
     in.v_finite = *v_finite;
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
@@ -91,20 +95,26 @@ class Decode : public Generator<Decode> {
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
     // (A generic kernel's are run-time, at most the spec's.)
+    // An i8 cache's are those of its groups of slots (generator/kv_layout.h).
+    const int k_extent = i8 ? attngen::i8_group_k_bytes(spec.head_dim_qk) : spec.head_dim_qk;
+    const int v_extent = i8 ? spec.head_dim_v * attngen::kI8SlotGroup : spec.head_dim_v;
+    const int slot_stride = i8 ? attngen::i8_group_bytes(spec.head_dim_qk, spec.head_dim_v)
+                               : spec.head_dim_qk + spec.head_dim_v;
     if (!spec.generic) {
       q->dim(0).set_bounds(0, spec.head_dim_qk);
-      k->dim(0).set_bounds(0, spec.head_dim_qk);
-      v->dim(0).set_bounds(0, spec.head_dim_v);
-      k->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
-      v->dim(1).set_stride(spec.head_dim_qk + spec.head_dim_v);
+      k->dim(0).set_bounds(0, k_extent);
+      v->dim(0).set_bounds(0, v_extent);
+      k->dim(1).set_stride(slot_stride);
+      v->dim(1).set_stride(slot_stride);
       out->dim(0).set_bounds(0, spec.head_dim_v);
     }
 
     using E = attngen::Estimates;
     constexpr int kQueries = 1, kSlots = 4096, kKvHeads = 4;
+    const int slot_estimate = i8 ? kSlots / attngen::kI8SlotGroup : kSlots;
     q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
-    k->set_estimates({{0, spec.head_dim_qk}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
-    v->set_estimates({{0, spec.head_dim_v}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
+    k->set_estimates({{0, k_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
+    v->set_estimates({{0, v_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     if (kv_scales != nullptr) {
       kv_scales->dim(0).set_bounds(0, 2);
       kv_scales->set_estimates({{0, 2}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
@@ -125,10 +135,10 @@ class Decode : public Generator<Decode> {
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
-      // K's box in q.k starts the slot: its K, then its V (the storage layout).
+      // K's box in q.k starts the slot (an i8 cache: the group of slots): its K, then its V
+      // (the storage layout).
       const int bytes = spec.kv_type.bytes();
-      slot_prefetch_.reset(attngen::prefetch_lines_pass(
-          {{k->name(), bytes, (spec.head_dim_qk + spec.head_dim_v) * bytes}}));
+      slot_prefetch_.reset(attngen::prefetch_lines_pass({{k->name(), bytes, slot_stride * bytes}}));
     }
   }
 

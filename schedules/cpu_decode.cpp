@@ -14,17 +14,23 @@
 //    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
 //    converted a key tile at a time into L1: the previous schedule, compute-bound at 0.2-0.45
 //    of the streaming read for f16/bf16/i8 caches.
-//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products, the
-//    rfactor's 16 lanes each summing 4 adjacent bytes of the head dim (vpdpbusd: one 64-byte
-//    vector of K, xor'ed into u8 once per key, against each row's quantised q, 2 instructions
-//    per (key, row) at D128 instead of 8 conversions shared by the rows and 8 FMAs); q's rows
-//    are quantised once per task. The i8 kernel 1.23-1.36x faster (0.736-0.815 of the time, two
-//    runs of 6 pairs, Zen 4 VM, bench/RESULTS.md). P.V (~38% of its samples) and the rows'
-//    horizontal sums (~18%) are what is left. Tried, no faster (bench/RESULTS.md, session 27):
-//    the 4 rows' sums as one tree of shuffles (a lowering pass: 20 instructions for the 4 sums
-//    against 36; 1.02 over 12 pairs), and P.V as 16-bit integer dot products (vpdpwssd, the
-//    weights in fixed point; 57 instructions a key against 78, its share of the samples 37%
-//    against 38%, and it broke the f32 tolerance of the pre-rounded tests).
+//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products
+//    (vpdpbusd, 64 u8 x i8 products an instruction; q's rows quantised once per task). The
+//    cache keeps K in groups of 16 slots with 4 adjacent bytes of the head dim of each slot side
+//    by side (generator/kv_layout.h), so the lanes are the keys: per 16 keys and 4 elements of
+//    the head dim one load, one xor into u8 and one vpdpbusd per row (q's 4 bytes broadcast from
+//    memory), and no horizontal sums. Before, K row by row, the 16 lanes summed 4 adjacent
+//    bytes of one key's head dim and each (key, row) ended with a horizontal sum (~18% of the
+//    samples; 1.23-1.36x faster than the avx512 kernel, session 27). The grouped layout: 0.91
+//    of that kernel's time (6 alternating runs, bench/RESULTS.md, session 30); two groups of
+//    keys side by side (key_tile 2) 1.06x slower. P.V is what is left (~52% of the samples).
+//    Tried, no faster (session 27): the 4 rows' sums as one tree of shuffles, and P.V as 16-bit
+//    integer dot products (vpdpwssd, the weights in fixed point; it broke the f32 tolerance of
+//    the pre-rounded tests).
+//  - An i8 cache without VNNI: the same grouped K, each 16-byte quarter of a vector (4 keys x 4
+//    elements) widened to one f32 vector for one FMA per row against q's 4 elements repeated
+//    (q_tiled, staged once per task), an rfactor over the 4 elements summed per key at the end:
+//    0.94 of the time of the row-by-row layout's rfactor with its horizontal sums (session 30).
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key.
@@ -86,6 +92,7 @@
 // key_tile 2 and 4, 1.1-1.8x slower.
 #include <algorithm>
 
+#include "generator/kv_layout.h"
 #include "schedules/schedule.h"
 
 namespace attngen {
@@ -158,9 +165,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     return g;
   };
 
-  // q.k over the head dim: dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u;
-  // per key the rows are unrolled, so each converted vector of K feeds row_tile FMAs. With
-  // int8_dot a lane u sums d = rdo * 64 + 4u + rdq (rdq < 4: one vpdpbusd lane), 64-byte vectors
+  // q.k. An i8 cache (grouped K): the keys in the lanes, below. Other caches, over the head dim:
+  // dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u; per key the rows are
+  // unrolled, so each converted vector of K feeds row_tile FMAs. int8_dot takes 64-byte vectors
   // (a 256-bit vector made LLVM's sapphirerapids CPU emit AVX-VNNI's VEX form, which Zen 4 lacks).
   RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi"), rdq("rdq");
   Func dot = per_tile(f.dot);
@@ -168,38 +175,85 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // The row's quantised q, its scale and sum, once per task.
     for (Func g : {f.q_amax, f.q_scale, f.q_sum}) g.compute_at(state, sp);
     f.q_i8.compute_at(state, sp).vectorize(d, 64, TailStrategy::GuardWithIf);
-  }
-  const int dot_lanes = spec.int8_dot ? 64 : qk_lanes;
-  Stage dot_split = dot.update().split(f.rd, rdo, rdi, dot_lanes);
-  if (spec.int8_dot) dot_split.split(rdi, rdi, rdq, 4);
-  Func dot_rf = dot_split.rfactor(rdi, u);
-  dot.vectorize(s, lanes).unroll(r, rows, round);
-  dot.update()
-      .split(s, so, si, t.key_tile, TailStrategy::GuardWithIf)
-      .reorder(rdi, r, si, so)
-      .atomic()
-      .vectorize(rdi)
-      .unroll(r, rows, round)
-      .unroll(si);
-  // Software prefetch of the whole slot (its K and its V) prefetch_slots keys ahead of q.k:
-  // Halide's prefetch of K's box there, made a prefetch of every line of the slot by
-  // prefetch_lines_pass (which the generator adds to the pipeline).
-  if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-    dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
-  }
-  const int d_vectors = spec.head_dim_qk / dot_lanes;
-  dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
-  dot_rf.vectorize(u).unroll(r);
-  if (spec.int8_dot) {
-    dot_rf.update()
-        .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
-        .reorder(rdq, u, r, rdoi, rdoo)
+    // The keys in the lanes: a group's K part holds 4 adjacent bytes of the head dim of its 16
+    // slots in each 64-byte vector (generator/kv_layout.h), one vpdpbusd operand against the 4
+    // bytes of a row's q broadcast: per (16 keys, 4 elements of the head dim) one load, one
+    // xor into u8 and one vpdpbusd per row, and no horizontal sums. key_tile groups of keys
+    // side by side (row_tile x key_tile accumulators), each K vector used by every row.
+    Var sg("sg"), sgo("sgo"), sgi("sgi");
+    const int chunks = std::max(1, t.key_tile);
+    dot.vectorize(s, kI8SlotGroup).unroll(r, rows, round);
+    Stage qk = dot.update();
+    qk.split(f.rd, rdo, rdq, kI8DotBytes)
+        .split(s, sg, si, kI8SlotGroup, TailStrategy::GuardWithIf)
+        .split(sg, sgo, sgi, chunks, TailStrategy::GuardWithIf)
+        .reorder(rdq, si, r, sgi, rdo, sgo)
         .atomic()
         .vectorize(rdq)
-        .vectorize(u)
+        .vectorize(si)
+        .unroll(r, rows, round)
+        .unroll(sgi);
+    // The whole group (its K and its V) prefetch_slots keys (whole groups) ahead.
+    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+      qk.prefetch(f.k_cache, sgo, sgo, std::max(1, t.prefetch_slots / (kI8SlotGroup * chunks)),
+                  PrefetchBoundStrategy::NonFaulting);
+    }
+  } else if (spec.kv_type == Int(8)) {
+    // An i8 cache without integer dot products: each 16-byte quarter of a K vector (4 keys x 4
+    // adjacent elements of the head dim, generator/kv_layout.h) widened to 16 f32 lanes and
+    // taken by one FMA per row against the row's 4 elements of q (a 128-bit broadcast): an
+    // rfactor over the 4 elements (dq), summed per key at the end of the head dim.
+    Var sg("sg"), dq("dq"), s4o("s4o"), s4i("s4i"), lane("lane");
+    f.q_tiled.compute_at(state, sp)
+        .bound(f.q_tiled.args()[0], 0, kI8SlotGroup)
+        .vectorize(f.q_tiled.args()[0]);
+    Func dot_rf = dot.update().split(f.rd, rdo, rdq, kI8DotBytes).rfactor(rdq, dq);
+    dot.vectorize(s, kI8SlotGroup).unroll(r, rows, round);
+    dot.update()
+        .split(s, sg, si, kI8SlotGroup, TailStrategy::GuardWithIf)
+        .reorder(si, rdq, r, sg)
+        .vectorize(si)
+        .unroll(rdq)
+        .unroll(r, rows, round);
+    dot_rf.compute_at(dot, sg).reorder_storage(dq, s, r, hk, b).bound_storage(r, rows);
+    dot_rf.split(s, s4o, s4i, kI8DotBytes)
+        .reorder(dq, s4i, s4o, r)
+        .fuse(dq, s4i, lane)
+        .vectorize(lane)
+        .unroll(s4o)
+        .unroll(r);
+    dot_rf.update()
+        .split(s, s4o, s4i, kI8DotBytes)
+        .reorder(dq, s4i, r, s4o, rdo)
+        .fuse(dq, s4i, lane)
+        .vectorize(lane)
         .unroll(r)
-        .unroll(rdoi);
+        .unroll(s4o);
+    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kI8SlotGroup),
+                            PrefetchBoundStrategy::NonFaulting);
+    }
   } else {
+    Stage dot_split = dot.update().split(f.rd, rdo, rdi, qk_lanes);
+    Func dot_rf = dot_split.rfactor(rdi, u);
+    dot.vectorize(s, lanes).unroll(r, rows, round);
+    dot.update()
+        .split(s, so, si, t.key_tile, TailStrategy::GuardWithIf)
+        .reorder(rdi, r, si, so)
+        .atomic()
+        .vectorize(rdi)
+        .unroll(r, rows, round)
+        .unroll(si);
+    // Software prefetch of the whole slot (its K and its V) prefetch_slots keys ahead of q.k:
+    // Halide's prefetch of K's box there, made a prefetch of every line of the slot by
+    // prefetch_lines_pass (which the generator adds to the pipeline).
+    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+      dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots,
+                            PrefetchBoundStrategy::NonFaulting);
+    }
+    const int d_vectors = spec.head_dim_qk / qk_lanes;
+    dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
+    dot_rf.vectorize(u).unroll(r);
     dot_rf.update()
         .split(rdo, rdoo, rdoi, divisor_at_most(d_vectors, 8))
         .reorder(u, r, rdoi, rdoo)

@@ -668,12 +668,16 @@ TEST(DecodeCacheDtype, I8QuantisationError) {
 }
 
 // The documented storage (attngen.h): K/V in the cache's dtype at
-// ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements, an I8 cache's
-// scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) * capacity + slot) * 2
-// floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot, kv head), from F32, F16
-// and BF16 inputs.
+// ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements; an I8 cache's in
+// groups of 16 slots (capacity rounded up to G groups, K's head dim to Dqk4 = a multiple of 4),
+// K's byte d of slot s at ((layer * B + b) * Hkv + h) * G * group + (s / 16) * group + (d / 4) * 64
+// + (s % 16) * 4 + d % 4, V's at the group's 16 * Dqk4 + (s % 16) * Dv + d, group = 16 * (Dqk4 +
+// Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) *
+// 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot, kv
+// head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
 TEST(KvCacheStorage, LayoutAndConversions) {
-  const int64_t L = 2, B = 2, H = 3, Dqk = 5, Dv = 3, C = 4, t = 3, layer = 1;
+  const int64_t L = 2, B = 2, H = 3, Dqk = 5, Dv = 3, C = 18, t = 17, layer = 1;
+  const int64_t G = (C + 15) / 16, Dqk4 = (Dqk + 3) / 4 * 4, group = 16 * (Dqk4 + Dv);
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -694,11 +698,13 @@ TEST(KvCacheStorage, LayoutAndConversions) {
       o.capacity = C;
       o.dtype = dtype;
       const size_t esize = dtype == ATTNGEN_F32 ? 4 : dtype == ATTNGEN_I8 ? 1 : 2;
-      const size_t kv_bytes = size_t{L * B * H * C * (Dqk + Dv)} * esize;
+      const bool i8 = dtype == ATTNGEN_I8;
+      const size_t kv_bytes =
+          i8 ? size_t{L * B * H * G * group} : size_t{L * B * H * C * (Dqk + Dv)} * esize;
       const size_t scales_at = (kv_bytes + 63) / 64 * 64;
       size_t bytes = 0;
       ASSERT_EQ(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_OK) << attngen_last_error();
-      ASSERT_EQ(bytes, dtype == ATTNGEN_I8 ? scales_at + size_t{L * B * H * C * 2 * 4} : kv_bytes);
+      ASSERT_EQ(bytes, i8 ? scales_at + size_t{L * B * H * G * 16 * 2 * 4} : kv_bytes);
       std::vector<uint64_t> store((bytes + 7) / 8, 0);
       o.storage = store.data();
       Cache cache;
@@ -734,18 +740,28 @@ TEST(KvCacheStorage, LayoutAndConversions) {
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t i = 0; i < t; ++i) {
           for (int64_t h = 0; h < H; ++h) {
-            const int64_t row = ((layer * B + b) * H + h) * C + i;
+            const int64_t head = (layer * B + b) * H + h, row = head * C + i;
+            const int64_t scale_row = head * G * 16 + i;
+            const uint8_t* group_at = base + (head * G + i / 16) * group;
             for (int part = 0; part < 2; ++part) {
               const Storage& src = part == 0 ? k : v;
               const int64_t n = part == 0 ? Dqk : Dv;
               const uint8_t* at = base + (row * (Dqk + Dv) + (part == 0 ? 0 : Dqk)) * esize;
+              // An I8 cache's element d of this slot (K's pad bytes past Dqk stay zero).
+              const auto i8_at = [&](int64_t d) {
+                return part == 0 ? group_at + (d / 4) * 64 + (i % 16) * 4 + d % 4
+                                 : group_at + 16 * Dqk4 + (i % 16) * Dv + d;
+              };
+              if (i8 && part == 0) {
+                for (int64_t d = Dqk; d < Dqk4; ++d) EXPECT_EQ(*i8_at(d), 0) << "pad byte " << d;
+              }
               std::vector<float> x(static_cast<size_t>(n));
               float amax = 0;
               for (int64_t d = 0; d < n; ++d) {
                 x[d] = src.buf[static_cast<size_t>(src.offset({b, i, h, d}))];
                 amax = std::max(amax, std::abs(x[d]));
               }
-              const float scale = scales != nullptr ? scales[2 * row + part] : 0.0f;
+              const float scale = scales != nullptr ? scales[2 * scale_row + part] : 0.0f;
               for (int64_t d = 0; d < n; ++d) {
                 SCOPED_TRACE("b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
                              std::to_string(h) + " part " + std::to_string(part) + " d " +
@@ -756,7 +772,7 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                   EXPECT_EQ(got, x[d]);
                 } else if (dtype == ATTNGEN_I8) {
                   EXPECT_EQ(scale, amax / 127.0f);
-                  const int q = static_cast<int8_t>(at[d]);
+                  const int q = static_cast<int8_t>(*i8_at(d));
                   EXPECT_LE(std::abs(q), 127);
                   // Within half a quantum, plus the f32 rounding of x / scale (up to 127).
                   EXPECT_LE(std::abs(q * static_cast<double>(scale) - x[d]), (0.5 + 2e-5) * scale);

@@ -1,7 +1,8 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
 // ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in the cache's dtype; an
-// I8 cache's scales after all layers), lengths per used layer and sequence, appends (converting
-// from F32, F16 or BF16) with full validation before anything is written.
+// I8 cache's in groups of 16 slots, generator/kv_layout.h, and its scales after all layers),
+// lengths per used layer and sequence, appends (converting from F32, F16 or BF16) with full
+// validation before anything is written.
 #include "runtime/src/kv_cache.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "generator/kv_layout.h"
 #include "runtime/src/convert.h"
 #include "runtime/src/workspace.h"
 
@@ -54,21 +56,31 @@ int64_t& length_of(attngen_kv_cache& cache, int64_t layer, int64_t b) {
   return cache.lengths.at(layer)[static_cast<size_t>(b)];
 }
 
-// Elements of one slot (K then V) and of one layer; bytes of an element.
-int64_t slot_elements(const attngen_kv_cache_options& o) { return o.head_dim_qk + o.head_dim_v; }
-int64_t layer_elements(const attngen_kv_cache_options& o) {
-  return o.batch * o.heads_kv * o.capacity * slot_elements(o);
-}
+bool is_i8(const attngen_kv_cache_options& o) { return o.dtype == ATTNGEN_I8; }
 int64_t element_bytes(const attngen_kv_cache_options& o) {
   return static_cast<int64_t>(dtype_size(o.dtype));
 }
-// Scales (K's, V's) of one layer of an I8 cache, 2 floats per slot.
+// Slots stored per (layer, sequence, kv head): the capacity, an I8 cache's rounded up to whole
+// groups of slots (generator/kv_layout.h).
+int64_t stored_slots(const attngen_kv_cache_options& o) {
+  return is_i8(o) ? i8_padded_slots(o.capacity) : o.capacity;
+}
+// Bytes of one slot (K then V; an I8 cache's K with its head dim rounded up to 4 bytes) and of
+// one layer.
+int64_t slot_bytes(const attngen_kv_cache_options& o) {
+  return is_i8(o) ? i8_group_bytes(o.head_dim_qk, o.head_dim_v) / kI8SlotGroup
+                  : (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
+}
+int64_t layer_bytes(const attngen_kv_cache_options& o) {
+  return o.batch * o.heads_kv * stored_slots(o) * slot_bytes(o);
+}
+// Scales (K's, V's) of one layer of an I8 cache, 2 floats per stored slot.
 int64_t layer_scales(const attngen_kv_cache_options& o) {
-  return o.batch * o.heads_kv * o.capacity * 2;
+  return o.batch * o.heads_kv * stored_slots(o) * 2;
 }
 // Byte offset of the scales in the storage: after every layer's K/V, 64-byte aligned.
 size_t scales_offset(const attngen_kv_cache_options& o) {
-  const size_t kv = static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o));
+  const size_t kv = static_cast<size_t>(o.layers * layer_bytes(o));
   return (kv + kAlignment - 1) / kAlignment * kAlignment;
 }
 
@@ -133,11 +145,12 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   // A kernel addresses one layer of the cache (and an I8 cache's scales of one layer) as one
   // buffer of at most 2^31 - 1 bytes. Every factor is below 2^31, so the product is checked
   // step by step.
-  const int64_t slot_bytes = (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
-  const bool i8 = o.dtype == ATTNGEN_I8;
-  for (int64_t last : {slot_bytes, i8 ? int64_t{8} : int64_t{1}}) {
+  // (An I8 cache's head dim of K is rounded up to 4 bytes and its capacity to whole groups of
+  // 16 slots: both stay below 2^31 + 16.)
+  const bool i8 = is_i8(o);
+  for (int64_t last : {slot_bytes(o), i8 ? int64_t{8} : int64_t{1}}) {
     int64_t n = o.batch;
-    for (int64_t f : {o.heads_kv, o.capacity, last}) {
+    for (int64_t f : {o.heads_kv, stored_slots(o), last}) {
       if (n > kMaxIndex / f) {
         return c.fail(ATTNGEN_ERROR_TOO_LARGE,
                       "one layer of the cache (B * Hkv * capacity * (Dqk + Dv) * element size, "
@@ -151,7 +164,7 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
       return c.fail(ATTNGEN_ERROR_TOO_LARGE, "the cache's storage exceeds size_t");
     }
   }
-  bytes = static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o));
+  bytes = static_cast<size_t>(o.layers * layer_bytes(o));
   if (i8) bytes = scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4;
   return true;
 }
@@ -328,35 +341,50 @@ bool stored_row_nonfinite(const uint8_t* row, attngen_dtype dtype, int64_t n, fl
 }  // namespace
 
 size_t append_scratch_floats(const attngen_kv_cache& cache) {
-  return static_cast<size_t>(std::max(cache.options.head_dim_qk, cache.options.head_dim_v));
+  // A row as floats, and an I8 cache's quantised K row (in floats' room) before it is spread
+  // over its group.
+  const attngen_kv_cache_options& o = cache.options;
+  const int64_t row = std::max(o.head_dim_qk, o.head_dim_v);
+  return static_cast<size_t>(row + (is_i8(o) ? (o.head_dim_qk + 3) / 4 : 0));
 }
 
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const int32_t* counts, float* tmp) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t w = slot_elements(o), esize = element_bytes(o);
+  const bool i8 = is_i8(o);
+  const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
+  const int64_t group_k = i8_group_k_bytes(o.head_dim_qk);
   const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
+  auto* k_i8 = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[b]; ++i) {
       const int64_t slot = (len + i) % o.capacity;  // len + i < capacity without a ring
       for (int64_t h = 0; h < o.heads_kv; ++h) {
-        const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * o.capacity + slot;
-        const int64_t k_src = b * k.strides[0] + i * k.strides[1] + h * k.strides[2];
-        const int64_t v_src = b * v.strides[0] + i * v.strides[1] + h * v.strides[2];
-        uint8_t* slot_data = cache.data + row * w * esize;
-        const float k_scale = store_row(static_cast<const uint8_t*>(k.data) + k_src * k_size,
-                                        k.dtype, o.head_dim_qk, o.dtype, slot_data, tmp);
-        const float v_scale =
-            store_row(static_cast<const uint8_t*>(v.data) + v_src * v_size, v.dtype, o.head_dim_v,
-                      o.dtype, slot_data + o.head_dim_qk * esize, tmp);
-        if (cache.scales != nullptr) {
+        const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * head_slots + slot;
+        const auto* k_row = static_cast<const uint8_t*>(k.data) +
+                            (b * k.strides[0] + i * k.strides[1] + h * k.strides[2]) * k_size;
+        const auto* v_row = static_cast<const uint8_t*>(v.data) +
+                            (b * v.strides[0] + i * v.strides[1] + h * v.strides[2]) * v_size;
+        // Where the slot's K and V go: one after the other, or in an I8 cache's group
+        // (generator/kv_layout.h), K spread over the group's K part.
+        uint8_t* k_data = cache.data + row * width;
+        uint8_t* v_data = k_data + o.head_dim_qk * esize;
+        const int64_t j = slot % kI8SlotGroup;
+        uint8_t* group = cache.data + (row - j) * width;
+        if (i8) {
+          k_data = k_i8;
+          v_data = group + group_k + i8_v_offset<int64_t>(0, j, o.head_dim_v);
+        }
+        const float k_scale = store_row(k_row, k.dtype, o.head_dim_qk, o.dtype, k_data, tmp);
+        const float v_scale = store_row(v_row, v.dtype, o.head_dim_v, o.dtype, v_data, tmp);
+        if (i8) {
+          for (int64_t d = 0; d < o.head_dim_qk; ++d) group[i8_k_offset(d, j)] = k_i8[d];
           cache.scales[2 * row] = k_scale;
           cache.scales[2 * row + 1] = v_scale;
         }
         if (!cache.v_nonfinite) {
-          cache.v_nonfinite = stored_row_nonfinite(slot_data + o.head_dim_qk * esize, o.dtype,
-                                                   o.head_dim_v, v_scale);
+          cache.v_nonfinite = stored_row_nonfinite(v_data, o.dtype, o.head_dim_v, v_scale);
         }
       }
     }
@@ -367,10 +395,20 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
-  const int64_t first = layer * layer_elements(o) + (values ? o.head_dim_qk : 0);
-  attngen_tensor t =
-      attngen_tensor_contiguous(cache.data + first * element_bytes(o), o.dtype, 4, shape);
+  uint8_t* first = cache.data + layer * layer_bytes(o);
+  if (is_i8(o)) {  // [B, Hkv, groups, bytes of the group's K or V part] (kv_layout.h)
+    const int64_t group_k = i8_group_k_bytes(o.head_dim_qk);
+    const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kI8SlotGroup,
+                              slot_bytes(o) * kI8SlotGroup};
+    attngen_tensor t =
+        attngen_tensor_contiguous(first + (values ? group_k : 0), ATTNGEN_I8, 4, shape);
+    t.shape[2] = (slots + kI8SlotGroup - 1) / kI8SlotGroup;
+    t.shape[3] = values ? o.head_dim_v * kI8SlotGroup : group_k;
+    return t;
+  }
+  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v};
+  attngen_tensor t = attngen_tensor_contiguous(
+      first + (values ? o.head_dim_qk * element_bytes(o) : 0), o.dtype, 4, shape);
   t.shape[2] = slots;  // the strides stay those of the full storage
   t.shape[3] = values ? o.head_dim_v : o.head_dim_qk;
   return t;
@@ -378,19 +416,19 @@ attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool va
 
 attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, 2};
+  const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o), 2};
   attngen_tensor t =
       attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
-  t.shape[2] = slots;
+  t.shape[2] = std::min(i8_padded_slots(slots), stored_slots(o));  // whole groups
   return t;
 }
 
 bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer,
                           const attngen_tensor& t, const char* name, bool output) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, slot_elements(o)};
-  const attngen_tensor store = attngen_tensor_contiguous(
-      cache.data + layer * layer_elements(o) * element_bytes(o), o.dtype, 4, shape);
+  const int64_t bytes = layer_bytes(o);
+  const attngen_tensor store =
+      attngen_tensor_contiguous(cache.data + layer * bytes, ATTNGEN_I8, 1, &bytes);
   const bool i8 = cache.scales != nullptr;
   const attngen_tensor scales = i8 ? cache_scales(cache, layer, o.capacity) : store;
   // An output may not lie anywhere in the cache's storage, other layers included: writing it
@@ -398,7 +436,7 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
   // layer 2 was accepted).
   const int64_t total = static_cast<int64_t>(
       i8 ? scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4
-         : static_cast<size_t>(o.layers * layer_elements(o) * element_bytes(o)));
+         : static_cast<size_t>(o.layers * layer_bytes(o)));
   const attngen_tensor whole = attngen_tensor_contiguous(cache.data, ATTNGEN_I8, 1, &total);
   if (output) {
     const Overlap overlap = bytes_overlap(t, whole);

@@ -10,8 +10,10 @@
 
 struct attngen_kv_cache {
   attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
-  uint8_t* data = nullptr;  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot
-  float* scales = nullptr;  // I8 only: [layers, B, Hkv, capacity, 2], K's scale then V's
+  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot; an I8 cache's slots in
+  // groups of 16 (generator/kv_layout.h), the capacity rounded up to whole groups
+  uint8_t* data = nullptr;
+  float* scales = nullptr;  // I8 only: [layers, B, Hkv, 16 * groups, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache
   void* raw = nullptr;      // owned storage: the allocation (data is aligned within it)
   // Positions appended so far to each sequence, [B] per layer, allocated by the layer's first
@@ -61,11 +63,13 @@ size_t append_scratch_floats(const attngen_kv_cache& cache);
 
 // One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] of the cache's dtype
 // (slots <= capacity) whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the
-// storage.
+// storage. An I8 cache's: [B, Hkv, ceil(slots / 16), bytes of a group's K or V part], its groups
+// of slots (generator/kv_layout.h).
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots);
 
-// An I8 cache's scales of one layer, F32 [B, Hkv, slots, 2] (K's, V's), strides of the whole.
+// An I8 cache's scales of one layer, F32 [B, Hkv, slots rounded up to whole groups, 2] (K's,
+// V's), strides of the whole.
 attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots);
 
 // `t` (named `name`) must not overlap the layer's storage (its K/V and, for I8, its scales).

@@ -190,18 +190,25 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
  * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
  * so far (docs/semantics.md, "Incremental decoding"), in its dtype: F32, F16, BF16 (rounded to
  * nearest even by the append) or I8 (symmetric quantisation, one F32 scale per slot and kv head
- * for K and one for V). Its storage layout is what the decode kernels read, in that dtype:
- * per layer [B, Hkv, capacity, Dqk + Dv] elements, densely packed, layers one after the
- * other, each slot holding its K (Dqk elements) and then its V (Dv elements), so that
- * attending streams through one contiguous range per kv head:
+ * for K and one for V). Its storage layout is what the decode kernels read, in that dtype: F32,
+ * F16 and BF16 per layer [B, Hkv, capacity, Dqk + Dv] elements, densely packed, layers one
+ * after the other, each slot holding its K (Dqk elements) and then its V (Dv elements), so
+ * that attending streams through one contiguous range per kv head (I8: below):
  *   K[d] of (layer, b, h, s) at element ((((layer * B + b) * Hkv + h) * capacity + s) * (Dqk +
  *   Dv) + d, V[d] at the same element + Dqk.
- * An I8 cache then holds its scales, from the first 64-byte boundary after every layer's K and
- * V, as F32 [layers, B, Hkv, capacity, 2]: at float (((layer * B + b) * Hkv + h) * capacity +
- * s) * 2 K's scale and V's after it. Element d of K is q[d] * scale (q the stored int8, scale =
- * max|K row| / 127, q = round(K / scale) in [-127, 127]; a row of zeros has scale 0, a row
- * holding an infinity or NaN a NaN scale); the kernels apply K's scale to the score and fold V's
- * into the attention weight of its position, and never dequantise the cache into a copy.
+ * An I8 cache keeps each kv head's slots in groups of 16 (its capacity rounded up to G = ceil(
+ * capacity / 16) groups; Dqk4 = Dqk rounded up to a multiple of 4), each group 16 * (Dqk4 + Dv)
+ * bytes: first K of its 16 slots as [Dqk4 / 4][16][4] (4 adjacent elements of the head dim of
+ * each slot side by side: the operand of 32-bit-lane integer dot products whose lanes are keys;
+ * bytes past Dqk zero), then V of its 16 slots as [16][Dv]. With n = (layer * B + b) * Hkv + h:
+ *   K[d] of slot s at byte (n * G + s / 16) * 16 * (Dqk4 + Dv) + (d / 4) * 64 + (s % 16) * 4 +
+ *   d % 4, V[d] at byte (n * G + s / 16) * 16 * (Dqk4 + Dv) + 16 * Dqk4 + (s % 16) * Dv + d.
+ * It then holds its scales, from the first 64-byte boundary after every layer's K and V, as F32
+ * [layers, B, Hkv, 16 * G, 2]: at float (n * 16 * G + s) * 2 K's scale and V's after it.
+ * Element d of K is q[d] * scale (q the stored int8, scale = max|K row| / 127, q = round(K /
+ * scale) in [-127, 127]; a row of zeros has scale 0, a row holding an infinity or NaN a NaN
+ * scale); the kernels apply K's scale to the score and fold V's into the attention weight of its
+ * position, and never dequantise the cache into a copy.
  * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
  * A cache is not synchronised: calls on one cache must not run concurrently. */
 typedef struct attngen_kv_cache attngen_kv_cache;

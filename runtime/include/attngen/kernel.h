@@ -37,7 +37,9 @@ typedef enum attngen_mask_tensor_kind {
  *            rows past N zero, panel = the kernel's weight_panel; the biases in the kernel's
  *            dtype, as given)
  * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
- *            apart, K and V interleaved, of the cache's dtype), kv_len, q_len,
+ *            apart, K and V interleaved, of the cache's dtype; an I8 cache's [B, Hkv, groups,
+ *            bytes of a group's K or V part] views of its groups of 16 slots, attngen.h, with
+ *            the slots given rounded up to whole groups), kv_len, q_len,
  *            capacity, window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
@@ -57,7 +59,8 @@ typedef struct attngen_kernel_args {
   struct halide_buffer_t *bool_mask, *add_mask;
   attngen_pattern pattern; /* a generic pattern kernel's parameters (its layout: `layout`) */
   int32_t num_heads;       /* a generic mha kernel's head count (its head dim E / num_heads) */
-  /* decode over an I8 cache: F32 [B, Hkv, slots, 2], each slot's K scale then its V scale */
+  /* decode over an I8 cache: F32 [B, Hkv, slots, 2], each slot's K scale then its V scale (the
+   * slots rounded up to whole groups of 16, as k and v) */
   struct halide_buffer_t* kv_scales;
   /* decode: 1 if no V element of the layer is NaN or infinite (the cache knows from its appends):
    * the kernel's P.V then multiplies as it is; 0 (always correct) masks V by the probabilities
@@ -66,10 +69,10 @@ typedef struct attngen_kernel_args {
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
- * weight_panel). A descriptor carries the version and the struct size of the build that wrote
- * it; the runtime refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of
- * misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 5
+ * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales). A
+ * descriptor carries the version and the struct size of the build that wrote it; the runtime
+ * refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
+#define ATTNGEN_KERNEL_ABI_VERSION 6
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
