@@ -43,6 +43,71 @@ Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
   return select(magnitude >= 0x0f800000, special, magnitude < 0x00800000, subnormal, normal);
 }
 
+// P.V over an i8 cache whose key blocks are whole groups of slots, its keys taken as (quad,
+// key of the quad), so that V's bytes of a quad, 4 keys' element d side by side
+// (generator/kv_layout.h), are indexed without a division of a vector of keys (kb * block + 4 *
+// quad is a multiple of 4, and quad / 4 the group's).
+//  - Without int8_dot: the weights (probs_scaled) times V as f32, as in define_key_block_stats.
+//  - With int8_dot, as 8-bit integer dot products: each weight of a key block, probs_scaled = p *
+//    v_scale, in 23-bit fixed point relative to the row's largest (finite) weight W in the block,
+//    round(probs_scaled * 2^23 / W), split into 3 bytes (limbs) c = 0, 1, 2 of 8, 8 and 7 bits;
+//    per limb, the sum over the block's keys of limb * v_i8 exactly in 32-bit integers
+//    (vpdpbusd: u8 x i8, 4 keys a lane; at most 255 * 127 * 128 keys < 2^31), then block_pv = W *
+//    2^-23 * (A_2 * 2^16 + A_1 * 2^8 + A_0) in f32. A weight's error is at most half a unit,
+//    2^-24 W (f32 rounds a weight to 2^-24 of itself), and unbiased. An attended key whose V
+//    scale is NaN (a V row holding a NaN or an infinity, only where v_finite is false) makes the
+//    block's P.V NaN, as in f32 (the sum of its weights, pv_check, is NaN).
+void define_i8_pv(DecodeFuncs& f, int block, const Expr& v_finite, const Expr& dv, bool generic,
+                  bool int8_dot) {
+  const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb;
+  f.rquad = RDom(0, block / kI8DotBytes, 0, kI8DotBytes, "rquad");
+  const Expr quad = f.rquad.x, lane = f.rquad.y;
+  // (A generic kernel's head dim past the cache's reads its last element again: those lanes'
+  // results are never output.)
+  const Expr dv_read = generic ? Halide::min(d, dv - 1) : Expr(d);
+  const Expr v_byte =
+      quad % (kI8SlotGroup / kI8DotBytes) * (dv * kI8DotBytes) + dv_read * kI8DotBytes + lane;
+  const Expr v_group = kb * (block / kI8SlotGroup) + quad / (kI8SlotGroup / kI8DotBytes);
+  const Expr quad_key = kb * block + quad * kI8DotBytes + lane;
+  const Expr v_i8 = f.v_bytes(v_byte, v_group, hk, b);
+  if (!int8_dot) {
+    f.block_pv = Func("block_pv_i8");
+    f.block_pv(d, kb, r, hk, b) = 0.0f;
+    f.block_pv(d, kb, r, hk, b) += f.probs_scaled(quad_key, r, hk, b) * cast<float>(v_i8);
+    return;
+  }
+  const Var c("c");
+  const Expr key = kb * block + f.rk;
+  f.pv_max = Func("pv_max");  // bits of the row's largest finite weight (weights are >= 0)
+  f.pv_max(kb, r, hk, b) = Expr(uint32_t{0});
+  const Expr bits = bits_of(f.probs_scaled(key, r, hk, b));
+  const Expr infinity = Expr(uint32_t{0x7f800000});
+  f.pv_max(kb, r, hk, b) =
+      Halide::max(f.pv_max(kb, r, hk, b), select(bits < infinity, bits, Expr(uint32_t{0})));
+  const Expr w_max = reinterpret(Float(32), f.pv_max(kb, r, hk, b));
+  f.pv_unit = Func("pv_unit");  // 2^23 / W (0 for a row without weights in the block)
+  f.pv_unit(kb, r, hk, b) = select(w_max > 0.0f, 8388608.0f / w_max, 0.0f);
+  f.pv_fixed = Func("pv_fixed");
+  f.pv_fixed(s, r, hk, b) =
+      cast<int32_t>(Halide::round(f.probs_scaled(s, r, hk, b) * f.pv_unit(s / block, r, hk, b)));
+  f.pv_limb = Func("pv_limb");
+  f.pv_limb(s, c, r, hk, b) = cast<uint8_t>((f.pv_fixed(s, r, hk, b) >> (c * 8)) & 255);
+  f.block_pv_i32 = Func("block_pv_i32");
+  f.block_pv_i32(d, c, kb, r, hk, b) = 0;
+  f.block_pv_i32(d, c, kb, r, hk, b) +=
+      cast<int32_t>(f.pv_limb(quad_key, c, r, hk, b)) * cast<int32_t>(v_i8);
+  f.pv_check = Func("pv_check");
+  f.pv_check(kb, r, hk, b) = 0.0f;
+  f.pv_check(kb, r, hk, b) += f.probs_scaled(key, r, hk, b);
+  const auto limb = [&](int i) { return cast<float>(f.block_pv_i32(d, i, kb, r, hk, b)); };
+  const Expr sum =
+      (limb(2) * 65536.0f + limb(1) * 256.0f + limb(0)) * (w_max * (1.0f / 8388608.0f));
+  const Expr checked = (bits_of(f.pv_check(kb, r, hk, b)) & infinity) != infinity;
+  f.block_pv = Func("block_pv_i8");
+  f.block_pv(d, kb, r, hk, b) =
+      select(v_finite || checked, sum, reinterpret(Float(32), Expr(uint32_t{0x7fc00000})));
+}
+
 }  // namespace
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
@@ -74,17 +139,22 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.k_stored = Func("k_stored");
   f.v_stored = Func("v_stored");
   // An i8 cache's slots come in groups (generator/kv_layout.h; k and v are (byte, group, hkv, b)
-  // views of each group's K and V parts). K is read by whole groups, the last one clamped: its
-  // bytes past the filled slots are finite integers, and the select of `scores` drops their
-  // scores, so a schedule can load the 16 keys of a group as one vector. V is read by the
-  // clamped slot, as for every dtype.
+  // views of each group's K and V parts). K and V are read by whole groups, the last one
+  // clamped, so that a schedule can load a group's keys as vectors: their bytes past the filled
+  // slots are finite integers, the select of `scores` drops their scores and their weights in
+  // P.V are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there).
   const Expr slot_group = clamp(s / kI8SlotGroup, 0, in.slots / kI8SlotGroup - 1);
   const Expr group_slot = slot_group * kI8SlotGroup + s % kI8SlotGroup;
   if (quantised) {
     const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);
     f.k_stored(d, s, hk, b) = in.k(i8_k_offset(dq, s % kI8SlotGroup), slot_group, hk, b);
-    f.v_stored(d, s, hk, b) =
-        in.v(i8_v_offset(dv, slot % kI8SlotGroup, dv_stored), slot / kI8SlotGroup, hk, b);
+    // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
+    const Expr v_group = clamp(s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), 0,
+                               in.slots / kI8SlotGroup - 1);
+    f.v_stored(d, s, hk, b) = in.v(i8_v_offset(dv, Expr(s), dv_stored), v_group, hk, b);
+    const Var e("e"), g("g");
+    f.v_bytes = Func("v_bytes");
+    f.v_bytes(e, g, hk, b) = in.v(e, clamp(g, 0, in.slots / kI8SlotGroup - 1), hk, b);
   } else {
     f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
     f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
@@ -193,6 +263,10 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.probs_scaled = stats.probs_scaled;
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
+  if (quantised && block % kI8SlotGroup == 0) {
+    define_i8_pv(f, block, in.v_finite, spec.generic ? in.dv : Expr(spec.head_dim_v),
+                 spec.generic, spec.int8_dot);
+  }
 
   // Split sp folds its blocks in order into a running (acc, max, sum) with attention's online
   // merge (one exp per element and block). Blocks holding no key any

@@ -9,7 +9,10 @@
 //    d % 4 (zeros past Dqk), so that one 64-byte vector holds 4 adjacent elements of the head
 //    dim of 16 keys: the operand of a 32-bit-lane integer dot product (x86 VNNI's vpdpbusd, Arm's
 //    sdot) whose lanes are the keys, and no horizontal sums per key and query row;
-//  - V as [16][Dv] bytes, slot after slot (P.V takes a slot's row of V in the lanes).
+//  - V as [4][Dv][4] bytes: element d of slot j at (j / 4) * Dv * 4 + d * 4 + j % 4, the same
+//    element of 4 adjacent slots side by side, so that one 64-byte vector holds 16 elements of
+//    the head dim of 4 keys: the operand of an integer dot product whose lanes are the head dim
+//    and which sums 4 keys' weighted values per lane (P.V).
 // A kv head's groups follow one another, so attending still streams one contiguous range. The
 // slots of the capacity are rounded up to whole groups; the scales (one f32 per slot for K and
 // one for V) take the rounded slot count too, so a kernel reads whole groups of them as well.
@@ -37,15 +40,17 @@ T i8_group_bytes(const T& dqk, const T& dv) {
   return i8_group_k_bytes(dqk) + dv * kI8SlotGroup;
 }
 
-// Byte of K's element d of slot j (< kI8SlotGroup) in its group's K part; of V's element d in its
-// group's V part.
+// Byte of K's element d of slot j (< kI8SlotGroup; any slot s >= 0 gives the same as s % 16) in its
+// group's K part; of V's element d in its group's V part (written with s / 4 and s % 4, which a
+// vector of 4 adjacent keys keeps a scalar and a ramp).
 template <typename T>
 T i8_k_offset(const T& d, const T& j) {
   return d / kI8DotBytes * (kI8DotBytes * kI8SlotGroup) + j * kI8DotBytes + d % kI8DotBytes;
 }
 template <typename T>
 T i8_v_offset(const T& d, const T& j, const T& dv) {
-  return j * dv + d;
+  return j / kI8DotBytes % (kI8SlotGroup / kI8DotBytes) * (dv * kI8DotBytes) + d * kI8DotBytes +
+         j % kI8DotBytes;
 }
 
 }  // namespace attngen

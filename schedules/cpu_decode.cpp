@@ -265,7 +265,11 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // Scores, max, exps and sums with the block's keys in the lanes.
   Func scores = per_tile(f.scores);
   scores.vectorize(s, lanes).unroll(r, rows, round);
-  for (Func g : {f.block_max, f.block_sum}) {
+  std::vector<Func> row_sums = {f.block_max, f.block_sum};
+  for (Func g : {f.pv_max, f.pv_check}) {
+    if (g.defined()) row_sums.push_back(g);
+  }
+  for (Func g : row_sums) {
     per_tile(g).bound_storage(f.kb, 1).unroll(r, rows, round);
     Func g_rf = g.update().split(f.rk, rdo, rdi, lanes).rfactor(rdi, u);
     g.update().reorder(rdi, r).atomic().vectorize(rdi).unroll(r, rows, round);
@@ -282,14 +286,74 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       divisor_at_most(dv_vectors, std::max(1, info.accumulators / std::max(1, t.pv_rows)));
   Func pv = per_tile(f.block_pv);
   pv.bound_storage(f.kb, 1).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
-  pv.update()
-      .split(r, po, pi, t.pv_rows, round)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .split(vo, vt, vp, pv_vectors)
-      .reorder(vi, vp, pi, f.rk, vt, po)
-      .vectorize(vi)
-      .unroll(vp)
-      .unroll(pi);
+  if (f.block_pv_i32.defined()) {
+    // P.V as integer dot products (define_i8_pv). Per tile each row's largest weight, the
+    // weights in fixed point and their bytes (keys innermost: 4 keys' bytes are one 32-bit
+    // broadcast); then the head dim in the lanes, 4 keys a vpdpbusd (V's layout puts their
+    // elements side by side), register tiles of 3 limbs x row_tile rows x 2 vectors of Dv.
+    per_tile(f.pv_unit).bound_storage(f.kb, 1);
+    per_tile(f.pv_fixed).vectorize(s, lanes).unroll(r, rows, round);
+    const Var c = f.pv_limb.args()[1];
+    per_tile(f.pv_limb)
+        .bound(c, 0, 3)
+        .reorder(s, c, r)
+        .vectorize(s, lanes)
+        .unroll(c)
+        .unroll(r, rows, round);
+    Func pvi = per_tile(f.block_pv_i32);
+    const Var ci = pvi.args()[1];
+    pvi.bound(ci, 0, 3)
+        .bound_storage(f.kb, 1)
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .vectorize(vi)
+        .unroll(vo)
+        .unroll(ci);
+    const RVar quad = f.rquad.x, lane = f.rquad.y;
+    pvi.update()
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .split(vo, vt, vp, divisor_at_most(dv_vectors, 2))
+        .reorder(lane, vi, vp, ci, r, quad, vt)
+        .atomic()
+        .vectorize(lane)
+        .vectorize(vi)
+        .unroll(ci)
+        .unroll(r, rows, round)
+        .unroll(vp);
+  } else if (f.rquad.defined()) {
+    // An i8 cache without integer dot products: each 16-byte quarter of a V vector (4 elements
+    // of the head dim x 4 keys, generator/kv_layout.h) widened to one f32 vector for one FMA
+    // per row against the 4 keys' weights repeated (a 128-bit broadcast): an rfactor over the 4
+    // keys, summed per element at the end of the block.
+    Var kq("kq"), dc("dc"), d4("d4"), dct("dct"), dcp("dcp");
+    const RVar quad = f.rquad.x, lane = f.rquad.y;
+    Func pv_rf = pv.update().rfactor(lane, kq);
+    pv.update()
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .reorder(vi, lane, vo, r)
+        .vectorize(vi)
+        .unroll(lane)
+        .unroll(vo)
+        .unroll(r, rows, round);
+    per_tile(pv_rf).bound_storage(f.kb, 1).reorder_storage(kq, d, f.kb, r, hk, b);
+    pv_rf.split(d, dc, d4, kI8DotBytes).reorder(kq, d4, dc, r).vectorize(kq).vectorize(d4);
+    pv_rf.update()
+        .split(d, dc, d4, kI8DotBytes)
+        .split(dc, dct, dcp, 4)
+        .reorder(kq, d4, dcp, r, quad, dct)
+        .vectorize(kq)
+        .vectorize(d4)
+        .unroll(dcp)
+        .unroll(r, rows, round);
+  } else {
+    pv.update()
+        .split(r, po, pi, t.pv_rows, round)
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .split(vo, vt, vp, pv_vectors)
+        .reorder(vi, vp, pi, f.rk, vt, po)
+        .vectorize(vi)
+        .unroll(vp)
+        .unroll(pi);
+  }
 
   // The merge: per (query, sequence), over the splits, for every head.
   Func out = f.out;

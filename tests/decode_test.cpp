@@ -671,8 +671,8 @@ TEST(DecodeCacheDtype, I8QuantisationError) {
 // ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements; an I8 cache's in
 // groups of 16 slots (capacity rounded up to G groups, K's head dim to Dqk4 = a multiple of 4),
 // K's byte d of slot s at ((layer * B + b) * Hkv + h) * G * group + (s / 16) * group + (d / 4) * 64
-// + (s % 16) * 4 + d % 4, V's at the group's 16 * Dqk4 + (s % 16) * Dv + d, group = 16 * (Dqk4 +
-// Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) *
+// + (s % 16) * 4 + d % 4, V's at the group's 16 * Dqk4 + (s % 16 / 4) * Dv * 4 + d * 4 + s % 4,
+// group = 16 * (Dqk4 + Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) *
 // 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot, kv
 // head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
 TEST(KvCacheStorage, LayoutAndConversions) {
@@ -750,7 +750,7 @@ TEST(KvCacheStorage, LayoutAndConversions) {
               // An I8 cache's element d of this slot (K's pad bytes past Dqk stay zero).
               const auto i8_at = [&](int64_t d) {
                 return part == 0 ? group_at + (d / 4) * 64 + (i % 16) * 4 + d % 4
-                                 : group_at + 16 * Dqk4 + (i % 16) * Dv + d;
+                                 : group_at + 16 * Dqk4 + (i % 16 / 4) * Dv * 4 + d * 4 + i % 4;
               };
               if (i8 && part == 0) {
                 for (int64_t d = Dqk; d < Dqk4; ++d) EXPECT_EQ(*i8_at(d), 0) << "pad byte " << d;

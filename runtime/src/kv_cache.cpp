@@ -341,11 +341,11 @@ bool stored_row_nonfinite(const uint8_t* row, attngen_dtype dtype, int64_t n, fl
 }  // namespace
 
 size_t append_scratch_floats(const attngen_kv_cache& cache) {
-  // A row as floats, and an I8 cache's quantised K row (in floats' room) before it is spread
-  // over its group.
+  // A row as floats, and an I8 cache's quantised K or V row (in floats' room) before it is
+  // spread over its group.
   const attngen_kv_cache_options& o = cache.options;
   const int64_t row = std::max(o.head_dim_qk, o.head_dim_v);
-  return static_cast<size_t>(row + (is_i8(o) ? (o.head_dim_qk + 3) / 4 : 0));
+  return static_cast<size_t>(row + (is_i8(o) ? (row + 3) / 4 : 0));
 }
 
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
@@ -355,7 +355,7 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
   const int64_t group_k = i8_group_k_bytes(o.head_dim_qk);
   const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
-  auto* k_i8 = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
+  auto* row_i8 = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[b]; ++i) {
@@ -367,19 +367,21 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const auto* v_row = static_cast<const uint8_t*>(v.data) +
                             (b * v.strides[0] + i * v.strides[1] + h * v.strides[2]) * v_size;
         // Where the slot's K and V go: one after the other, or in an I8 cache's group
-        // (generator/kv_layout.h), K spread over the group's K part.
+        // (generator/kv_layout.h), K and V each spread over the group's part.
         uint8_t* k_data = cache.data + row * width;
         uint8_t* v_data = k_data + o.head_dim_qk * esize;
         const int64_t j = slot % kI8SlotGroup;
         uint8_t* group = cache.data + (row - j) * width;
-        if (i8) {
-          k_data = k_i8;
-          v_data = group + group_k + i8_v_offset<int64_t>(0, j, o.head_dim_v);
-        }
+        if (i8) k_data = v_data = row_i8;
         const float k_scale = store_row(k_row, k.dtype, o.head_dim_qk, o.dtype, k_data, tmp);
+        if (i8) {
+          for (int64_t d = 0; d < o.head_dim_qk; ++d) group[i8_k_offset(d, j)] = row_i8[d];
+        }
         const float v_scale = store_row(v_row, v.dtype, o.head_dim_v, o.dtype, v_data, tmp);
         if (i8) {
-          for (int64_t d = 0; d < o.head_dim_qk; ++d) group[i8_k_offset(d, j)] = k_i8[d];
+          for (int64_t d = 0; d < o.head_dim_v; ++d) {
+            group[group_k + i8_v_offset(d, j, o.head_dim_v)] = row_i8[d];
+          }
           cache.scales[2 * row] = k_scale;
           cache.scales[2 * row + 1] = v_scale;
         }

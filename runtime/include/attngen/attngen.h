@@ -200,9 +200,11 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
  * capacity / 16) groups; Dqk4 = Dqk rounded up to a multiple of 4), each group 16 * (Dqk4 + Dv)
  * bytes: first K of its 16 slots as [Dqk4 / 4][16][4] (4 adjacent elements of the head dim of
  * each slot side by side: the operand of 32-bit-lane integer dot products whose lanes are keys;
- * bytes past Dqk zero), then V of its 16 slots as [16][Dv]. With n = (layer * B + b) * Hkv + h:
- *   K[d] of slot s at byte (n * G + s / 16) * 16 * (Dqk4 + Dv) + (d / 4) * 64 + (s % 16) * 4 +
- *   d % 4, V[d] at byte (n * G + s / 16) * 16 * (Dqk4 + Dv) + 16 * Dqk4 + (s % 16) * Dv + d.
+ * bytes past Dqk zero), then V of its 16 slots as [4][Dv][4] (element d of 4 adjacent slots side
+ * by side: lanes of the head dim, 4 keys each). With n = (layer * B + b) * Hkv + h and g = (n *
+ * G + s / 16) * 16 * (Dqk4 + Dv) the group's first byte:
+ *   K[d] of slot s at byte g + (d / 4) * 64 + (s % 16) * 4 + d % 4,
+ *   V[d] at byte g + 16 * Dqk4 + (s % 16 / 4) * Dv * 4 + d * 4 + s % 4.
  * It then holds its scales, from the first 64-byte boundary after every layer's K and V, as F32
  * [layers, B, Hkv, 16 * G, 2]: at float (n * 16 * G + s) * 2 K's scale and V's after it.
  * Element d of K is q[d] * scale (q the stored int8, scale = max|K row| / 127, q = round(K /
