@@ -149,8 +149,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);
     f.k_stored(d, s, hk, b) = in.k(i8_k_offset(dq, s % kI8SlotGroup), slot_group, hk, b);
     // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
-    const Expr v_group = clamp(s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), 0,
-                               in.slots / kI8SlotGroup - 1);
+    const Expr v_group =
+        clamp(s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), 0, in.slots / kI8SlotGroup - 1);
     f.v_stored(d, s, hk, b) = in.v(i8_v_offset(dv, Expr(s), dv_stored), v_group, hk, b);
     const Var e("e"), g("g");
     f.v_bytes = Func("v_bytes");
@@ -264,8 +264,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
   if (quantised && block % kI8SlotGroup == 0) {
-    define_i8_pv(f, block, in.v_finite, spec.generic ? in.dv : Expr(spec.head_dim_v),
-                 spec.generic, spec.int8_dot);
+    define_i8_pv(f, block, in.v_finite, spec.generic ? in.dv : Expr(spec.head_dim_v), spec.generic,
+                 spec.int8_dot);
   }
 
   // Split sp folds its blocks in order into a running (acc, max, sum) with attention's online

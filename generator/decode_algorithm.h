@@ -91,12 +91,12 @@ struct DecodeFuncs {
   // An i8 cache without int8_dot: (e, dg, r, hk, b) = q (dg * 4 + e % 4, r, hk, b), e < 16: q.k
   // reads q's row through it (inline unless a schedule stages it: schedules/cpu_decode.cpp).
   Halide::Func q_tiled;
-  Halide::Func scores;            // (s, r, hk, b) scaled, masked
-  Halide::Func block_max;         // (kb, r, hk, b)
-  Halide::Func probs;             // (s, r, hk, b) exp(scores - block max), 0 masked
-  Halide::Func probs_scaled;      // (s, r, hk, b) probs * v_scale (an i8 cache, else undefined)
-  Halide::Func block_sum;         // (kb, r, hk, b)
-  Halide::Func block_pv;          // (d, kb, r, hk, b)
+  Halide::Func scores;        // (s, r, hk, b) scaled, masked
+  Halide::Func block_max;     // (kb, r, hk, b)
+  Halide::Func probs;         // (s, r, hk, b) exp(scores - block max), 0 masked
+  Halide::Func probs_scaled;  // (s, r, hk, b) probs * v_scale (an i8 cache, else undefined)
+  Halide::Func block_sum;     // (kb, r, hk, b)
+  Halide::Func block_pv;      // (d, kb, r, hk, b)
   // spec.int8_dot: P.V as integer dot products (decode_algorithm.cpp, define_i8_pv): the bits of
   // a row's largest finite weight in a block (kb, r, hk, b), 2^23 over it, each weight (s, r, hk,
   // b) in fixed point and its bytes (s, c, r, hk, b), their sums with V per byte (d, c, kb, r,
@@ -104,14 +104,14 @@ struct DecodeFuncs {
   Halide::Func pv_max, pv_unit, pv_fixed, pv_limb, block_pv_i32, pv_check;
   Halide::Func v_bytes;  // an i8 cache: (byte, group, hk, b) V's part of a group, group clamped
   Halide::RDom rquad;    // an i8 cache's P.V: a key block's keys as (quad, key of the quad)
-  Halide::Func visit;             // (kb, b) whether block kb may hold a key some row attends
-  Halide::Func state;             // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
-  Halide::Func max;               // (r, hk, b) over the splits
-  Halide::Func weight;            // (sp, r, hk, b) exp(split max - max), 0 for an empty split
-  Halide::Func sum;               // (r, hk, b)
-  Halide::Func acc;               // (d, r, hk, b)
-  Halide::Func out;               // (d, h, i, b) normalised, 0 for rows that attend nothing
-  Halide::Expr rows;              // g * seq_q: extent of r
+  Halide::Func visit;    // (kb, b) whether block kb may hold a key some row attends
+  Halide::Func state;    // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
+  Halide::Func max;      // (r, hk, b) over the splits
+  Halide::Func weight;   // (sp, r, hk, b) exp(split max - max), 0 for an empty split
+  Halide::Func sum;      // (r, hk, b)
+  Halide::Func acc;      // (d, r, hk, b)
+  Halide::Func out;      // (d, h, i, b) normalised, 0 for rows that attend nothing
+  Halide::Expr rows;     // g * seq_q: extent of r
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on

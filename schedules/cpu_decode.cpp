@@ -23,17 +23,25 @@
 //    bytes of one key's head dim and each (key, row) ended with a horizontal sum (~18% of the
 //    samples; 1.23-1.36x faster than the avx512 kernel, session 27). The grouped layout: 0.91
 //    of that kernel's time (6 alternating runs, bench/RESULTS.md, session 30); two groups of
-//    keys side by side (key_tile 2) 1.06x slower. P.V is what is left (~52% of the samples).
-//    Tried, no faster (session 27): the 4 rows' sums as one tree of shuffles, and P.V as 16-bit
-//    integer dot products (vpdpwssd, the weights in fixed point; it broke the f32 tolerance of
-//    the pre-rounded tests).
+//    keys side by side (key_tile 2) 1.06x slower. P.V then took ~52% of the samples (per key 8
+//    conversions, 4 broadcasts and 32 FMAs at g = 4), and is now integer dot products as well
+//    (define_i8_pv: each row's weights in a block in 23-bit fixed point, 3 bytes; V in quads of
+//    4 keys side by side, generator/kv_layout.h): per key 24 vpdpbusd (3 bytes x 4 rows x 2 of
+//    its 8 vectors of Dv per quad) and 12 dword broadcasts shared by 2 vectors, ~39% of the
+//    samples; with both, 0.88 of the time of session 29's kernel (6 alternating runs). Tried,
+//    no faster (session 27): the 4 rows' sums as one tree of shuffles, and P.V as 16-bit integer
+//    dot products (vpdpwssd, the weights in 16-bit fixed point; it broke the f32 tolerance of
+//    the pre-rounded tests, as dropping the lowest of the 3 bytes does).
 //  - An i8 cache without VNNI: the same grouped K, each 16-byte quarter of a vector (4 keys x 4
 //    elements) widened to one f32 vector for one FMA per row against q's 4 elements repeated
-//    (q_tiled, staged once per task), an rfactor over the 4 elements summed per key at the end:
-//    0.94 of the time of the row-by-row layout's rfactor with its horizontal sums (session 30).
+//    (q_tiled, staged once per task), an rfactor over the 4 elements summed per key at the end;
+//    P.V alike, each 16-byte quarter of a V vector (4 elements x 4 keys) against the 4 keys'
+//    weights repeated (a 128-bit broadcast), an rfactor over the 4 keys: 0.93 of the time of
+//    session 29's kernel, the row-by-row layout with its horizontal sums (session 30).
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
-//    of Dv of accumulators across the keys of the block, each V vector converted once per key.
+//    of Dv of accumulators across the keys of the block, each V vector converted once per key
+//    (an i8 cache: above).
 //  - Key blocks of 128 keys for every cache type, read where they are in the cache (plan_decode).
 //    stage_block = 1 (a tunable) copies each block's slots as stored first, K and V of each slot
 //    in memory order, so that the memory sees one sequential stream instead of the K halves of
@@ -294,12 +302,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     per_tile(f.pv_unit).bound_storage(f.kb, 1);
     per_tile(f.pv_fixed).vectorize(s, lanes).unroll(r, rows, round);
     const Var c = f.pv_limb.args()[1];
-    per_tile(f.pv_limb)
-        .bound(c, 0, 3)
-        .reorder(s, c, r)
-        .vectorize(s, lanes)
-        .unroll(c)
-        .unroll(r, rows, round);
+    per_tile(f.pv_limb).bound(c, 0, 3).reorder(s, c, r).vectorize(s, lanes).unroll(c).unroll(
+        r, rows, round);
     Func pvi = per_tile(f.block_pv_i32);
     const Var ci = pvi.args()[1];
     pvi.bound(ci, 0, 3)

@@ -672,9 +672,9 @@ TEST(DecodeCacheDtype, I8QuantisationError) {
 // groups of 16 slots (capacity rounded up to G groups, K's head dim to Dqk4 = a multiple of 4),
 // K's byte d of slot s at ((layer * B + b) * Hkv + h) * G * group + (s / 16) * group + (d / 4) * 64
 // + (s % 16) * 4 + d % 4, V's at the group's 16 * Dqk4 + (s % 16 / 4) * Dv * 4 + d * 4 + s % 4,
-// group = 16 * (Dqk4 + Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv + h) *
-// 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot, kv
-// head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
+// group = 16 * (Dqk4 + Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B
+// + b) * Hkv + h) * 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised
+// per (slot, kv head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
 TEST(KvCacheStorage, LayoutAndConversions) {
   const int64_t L = 2, B = 2, H = 3, Dqk = 5, Dv = 3, C = 18, t = 17, layer = 1;
   const int64_t G = (C + 15) / 16, Dqk4 = (Dqk + 3) / 4 * 4, group = 16 * (Dqk4 + Dv);
