@@ -40,9 +40,10 @@ T i8_group_bytes(const T& dqk, const T& dv) {
   return i8_group_k_bytes(dqk) + dv * kI8SlotGroup;
 }
 
-// Byte of K's element d of slot j (< kI8SlotGroup; any slot s >= 0 gives the same as s % 16) in its
-// group's K part; of V's element d in its group's V part (written with s / 4 and s % 4, which a
-// vector of 4 adjacent keys keeps a scalar and a ramp).
+// Byte of K's element d of slot j (< kI8SlotGroup) in its group's K part; of V's element d of
+// slot j in its group's V part (any slot j >= 0 gives the same as j % 16 there: it is written
+// with j / 4 and j % 4, which for a vector of 4 adjacent keys from a multiple of 4 stay a scalar
+// and a ramp).
 template <typename T>
 T i8_k_offset(const T& d, const T& j) {
   return d / kI8DotBytes * (kI8DotBytes * kI8SlotGroup) + j * kI8DotBytes + d % kI8DotBytes;
