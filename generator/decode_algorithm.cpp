@@ -143,18 +143,18 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // clamped, so that a schedule can load a group's keys as vectors: their bytes past the filled
   // slots are finite integers, the select of `scores` drops their scores and their weights in
   // P.V are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there).
-  const Expr slot_group = clamp(s / kI8SlotGroup, 0, in.slots / kI8SlotGroup - 1);
+  const Expr last_group = in.slots / kI8SlotGroup - 1;
+  const Expr slot_group = clamp(s / kI8SlotGroup, 0, last_group);
   const Expr group_slot = slot_group * kI8SlotGroup + s % kI8SlotGroup;
+  const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);  // V's elements a slot
   if (quantised) {
-    const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);
     f.k_stored(d, s, hk, b) = in.k(i8_k_offset(dq, s % kI8SlotGroup), slot_group, hk, b);
-    // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
-    const Expr v_group =
-        clamp(s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), 0, in.slots / kI8SlotGroup - 1);
-    f.v_stored(d, s, hk, b) = in.v(i8_v_offset(dv, Expr(s), dv_stored), v_group, hk, b);
     const Var e("e"), g("g");
     f.v_bytes = Func("v_bytes");
-    f.v_bytes(e, g, hk, b) = in.v(e, clamp(g, 0, in.slots / kI8SlotGroup - 1), hk, b);
+    f.v_bytes(e, g, hk, b) = in.v(e, clamp(g, 0, last_group), hk, b);
+    // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
+    f.v_stored(d, s, hk, b) = f.v_bytes(i8_v_offset(dv, Expr(s), dv_stored),
+                                        s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), hk, b);
   } else {
     f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
     f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
@@ -264,8 +264,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
   if (quantised && block % kI8SlotGroup == 0) {
-    define_i8_pv(f, block, in.v_finite, spec.generic ? in.dv : Expr(spec.head_dim_v), spec.generic,
-                 spec.int8_dot);
+    define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot);
   }
 
   // Split sp folds its blocks in order into a running (acc, max, sum) with attention's online
