@@ -380,7 +380,8 @@ void set_bandwidth(benchmark::State& state, double bytes) {
                                               benchmark::Counter::kIs1000);
 }
 
-// kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count; the
+// kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count, -1:
+// the library's default (attngen_set_num_threads(0): HL_NUM_THREADS, else one per core); the
 // cache's dtype (filled from f32 K and V by the append).
 void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
             attngen_dtype dtype) {
@@ -406,7 +407,7 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
   attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
   attngen_decode_options opt = attngen_decode_options_default();
   opt.kv_splits = kv_splits;
-  if (threads > 0) attngen_set_num_threads(threads);
+  if (threads != 0) attngen_set_num_threads(std::max(threads, 0));
   if (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
       attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
     state.SkipWithError(attngen_last_error());
@@ -420,7 +421,7 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
     }
     set_bandwidth(state, kv_bytes(s, dtype));
   }
-  if (threads > 0) attngen_set_num_threads(g_threads);
+  if (threads != 0) attngen_set_num_threads(g_threads);
   attngen_kv_cache_destroy(cache);
 }
 
@@ -465,6 +466,11 @@ void register_decode() {
             std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
         attngen::bench::stream_read, kv_bytes(llama, dtype), g_threads);
   }
+  // The cost of a call: a cache of 16 slots, with the run's thread count set and with the
+  // library's default (which once read the CPU count from /sys on every parallel loop).
+  const DecodeShape tiny{1, 1, 32, 8, 128, 16};
+  add("decode_call/" + describe(tiny) + "/threads_set", decode, tiny, 0, 0, ATTNGEN_F32);
+  add("decode_call/" + describe(tiny) + "/threads_default", decode, tiny, 0, -1, ATTNGEN_F32);
   // Split-KV against one task per (sequence, kv head), on 2 threads: with 8 kv heads, and with
   // multi-query attention (1 kv head), where without splits one thread has all the work.
   // And a batch of 8 sequences (64 groups), where one split per group already gives each

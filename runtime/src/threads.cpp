@@ -106,12 +106,19 @@ std::atomic<int> g_num_threads{0};  // attngen_set_num_threads(); 0: the default
 // 0: the default count.
 int g_pool_threads = 0;
 
-// Halide's own default: HL_NUM_THREADS, else one per core; at most ATTNGEN_MAX_THREADS.
+// Halide's own default: HL_NUM_THREADS, else one per core; at most ATTNGEN_MAX_THREADS. Read
+// once per process, as Halide's pool reads it once: every parallel loop of every kernel asks
+// (nested_loops::run, via thread_count()), and glibc's hardware_concurrency() opens and reads
+// /sys/devices/system/cpu/online each time, which cost ~60 us of every decode call on a 2-core
+// VM (bench/RESULTS.md, session 31).
 int default_threads() {
-  int n = 0;
-  if (const char* env = std::getenv("HL_NUM_THREADS")) n = std::atoi(env);
-  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(n, 1, ATTNGEN_MAX_THREADS);
+  static const int threads = [] {
+    int n = 0;
+    if (const char* env = std::getenv("HL_NUM_THREADS")) n = std::atoi(env);
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    return std::clamp(n, 1, ATTNGEN_MAX_THREADS);
+  }();
+  return threads;
 }
 
 int resolve(int threads) { return threads > 0 ? threads : default_threads(); }

@@ -443,7 +443,8 @@ const char* attngen_status_name(attngen_status status);
 #define ATTNGEN_MAX_THREADS 256
 
 /* Threads used by the kernels, 1 to ATTNGEN_MAX_THREADS (0: HL_NUM_THREADS if set, else one per
- * core, the default); ATTNGEN_ERROR_INVALID_ARGUMENT outside 0 .. ATTNGEN_MAX_THREADS. Each call
+ * core, the default; both read once per process, when a call first needs them, as Halide's pool
+ * reads them once); ATTNGEN_ERROR_INVALID_ARGUMENT outside 0 .. ATTNGEN_MAX_THREADS. Each call
  * runs on its calling thread plus up to threads - 1 workers of a pool shared by all calls of the
  * process; the count goes down as well as up: lowering it stops the pool's threads (it restarts
  * at the new size), after waiting for the kernels running on other threads to finish, and calls
