@@ -150,6 +150,15 @@ inline const TargetRow& target_row(Isa isa) {
 // bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
 inline constexpr long long long_keys(bool causal) { return causal ? 4096 : 2048; }
 
+// Dispatch between the forms of decode kernels (runtime/src/registry.cpp): from this many cached
+// keys (the longest sequence of the call) a kernel built with KEY_BLOCK is preferred. A decode
+// task computes whole key blocks, so at short lengths the default 128-key blocks waste less;
+// at long ones larger blocks spend less per block (statistics, the merge into the running state,
+// P.V's partial sums). Measured for the AVX512-VNNI i8 kernel at D128 (B1 Hq 32 / Hkv 8, 2
+// threads): blocks of 256 keys 0.93 of the time at Skv 8192, 0.86-0.93 at 512-2048, 1.15 at 384
+// and 1.5 at 16 (bench/RESULTS.md, session 31).
+inline constexpr long long kDecodeLongKeys = 512;
+
 // Whether a row builds kernels of element type `dtype` ("f32"; its `dtypes`).
 inline bool row_builds(const TargetRow& t, const char* dtype) {
   const char* d = t.dtypes;

@@ -19,6 +19,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "runtime/src/internal.h"  // rt::int8_dot_kernel
+#include "schedules/targets.h"     // kDecodeLongKeys
 #include "tests/decode_tester.h"
 #include "tests/kv_dtype.h"
 #include "tests/reference.h"
@@ -617,8 +618,9 @@ TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
 TEST(DecodeCacheDtype, I8CacheRunsVnniKernel) {
   const attngen_kernel_info* vnni = nullptr;
   for (const attngen_kernel_info* k : decode_kernels()) {
-    if (rt::int8_dot_kernel(*k) && !k->generic && k->head_dim_qk == 128) {
-      vnni = k;
+    if (rt::int8_dot_kernel(*k) && !k->generic && k->head_dim_qk == 128 &&
+        k->requested_key_block == 0) {
+      vnni = k;  // (the short caches' form: below)
     }
   }
   if (vnni == nullptr)
@@ -636,6 +638,68 @@ TEST(DecodeCacheDtype, I8CacheRunsVnniKernel) {
   EXPECT_STRNE(attngen_last_kernel(), vnni->name);
   EXPECT_NE(std::strstr(attngen_last_kernel(), "avx512"), nullptr) << attngen_last_kernel();
   attngen_set_isa(nullptr);
+}
+
+// The default decode kernel for caches holding fewer than kDecodeLongKeys keys, a KEY_BLOCK one
+// of the same ISA from there (i8 caches of D128, where the variant list has one); and one
+// workspace, sized by the size query for a capacity that spans both, serves both.
+TEST(DecodeDispatch, FormFollowsCacheLength) {
+  const int64_t limit = kDecodeLongKeys, hkv = 2, hq = 4, d = 128;
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.dtype = ATTNGEN_I8;
+  o.layers = 1;
+  o.batch = 1;
+  o.heads_kv = hkv;
+  o.head_dim_qk = d;
+  o.capacity = limit + 8;
+  Cache owned;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &owned.cache), ATTNGEN_OK) << attngen_last_error();
+  attngen_kv_cache* cache = owned.cache;
+  std::mt19937_64 rng(::testing::UnitTest::GetInstance()->random_seed());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> kv(static_cast<size_t>(o.capacity * hkv * d)), q(hq * d);
+  std::vector<float> out(q.size());
+  for (float& x : kv) x = u(rng);
+  for (float& x : q) x = u(rng);
+  const int64_t qs[4] = {1, 1, hq, d};
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
+  attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_decode_workspace_size(&tq, cache, 0, &to, nullptr, &bytes), ATTNGEN_OK)
+      << attngen_last_error();
+  std::vector<unsigned char> workspace(bytes);
+  int64_t filled = 0;
+  const char* short_form = nullptr;
+  for (const int64_t n : {limit - 1, limit, limit + 8}) {
+    SCOPED_TRACE("cache of " + std::to_string(n) + " keys");
+    const int64_t rows[4] = {1, n - filled, hkv, d};
+    const attngen_tensor t =
+        attngen_tensor_contiguous(kv.data() + filled * hkv * d, ATTNGEN_F32, 4, rows);
+    ASSERT_EQ(attngen_kv_cache_append(cache, 0, &t, &t, nullptr), ATTNGEN_OK)
+        << attngen_last_error();
+    filled = n;
+    ASSERT_EQ(attngen_set_workspace(workspace.data(), workspace.size()), ATTNGEN_OK);
+    const attngen_status st = attngen_decode(&tq, cache, 0, &to, nullptr);
+    const std::string error = attngen_last_error();
+    const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+    attngen_set_workspace(nullptr, 0);
+    ASSERT_EQ(st, ATTNGEN_OK) << error;
+    ASSERT_NE(k, nullptr);
+    if (n < limit) {
+      EXPECT_EQ(k->requested_key_block, 0) << k->name;
+      short_form = k->name;
+      continue;
+    }
+    const attngen_kernel_info* long_form = nullptr;
+    for (const attngen_kernel_info* c : decode_kernels()) {
+      if (c->dtypes.cache == ATTNGEN_I8 && !c->generic && c->head_dim_qk == d &&
+          c->requested_key_block > 0 && !std::strcmp(c->isa, k->isa)) {
+        long_form = c;
+      }
+    }
+    if (long_form == nullptr) GTEST_SKIP() << "no i8 D128 KEY_BLOCK decode kernel for " << k->isa;
+    EXPECT_STREQ(k->name, long_form->name) << "short form: " << short_form;
+  }
 }
 
 // The int8 error on realistic K and V (Llama-like: 32/8 heads of 128, a 256-token sequence)

@@ -13,6 +13,7 @@
 #include "runtime/src/kv_cache.h"
 #include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
+#include "schedules/targets.h"
 
 namespace attngen::rt {
 
@@ -55,6 +56,17 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
   return true;
 }
 
+// A decode kernel of each form (registry.cpp's form_rank): the default one for calls whose longest
+// sequence holds fewer than kDecodeLongKeys keys (schedules/targets.h), a KEY_BLOCK one from
+// there, the same kernel for both where only one fits the call or one is named.
+struct DecodeKernels {
+  const attngen_kernel_info* short_keys = nullptr;
+  const attngen_kernel_info* long_keys = nullptr;
+  const attngen_kernel_info* serving(int64_t keys) const {
+    return keys >= kDecodeLongKeys ? long_keys : short_keys;
+  }
+};
+
 // A decode kernel's arguments over `slots` of the layer's slots (Halide views kept here):
 // q [B, t, Hq, Dqk] over the layer's cached positions (kv_len[b] of each sequence, q_len[b] of
 // its query rows) into out.
@@ -93,30 +105,35 @@ struct DecodeRun {
 // each run of lengths with the same key blocks and split (what the kernels' scratch follows).
 constexpr int64_t kMeasureEveryLength = 256;
 
-// Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out; false
-// if the kernel failed (c says why). kv_len (B values) is the call's scratch. In a size query
-// the kernel is measured over every length the layer may hold, with every query row real.
-bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_cache& cache,
-                int64_t layer, const attngen_tensor& q, const attngen_tensor& out, float scale,
-                int32_t* counts, int32_t* kv_len, int32_t kv_splits) {
+// Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out, with
+// the kernel of the form that serves the longest sequence; returns the kernel run, nullptr if
+// it failed (c says why). kv_len (B values) is the call's scratch. In a size query each form's
+// kernel is measured over every length it serves that the layer may hold, with every query row
+// real.
+const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
+                                      const attngen_kv_cache& cache, int64_t layer,
+                                      const attngen_tensor& q, const attngen_tensor& out,
+                                      float scale, int32_t* counts, int32_t* kv_len,
+                                      int32_t kv_splits) {
   const attngen_kv_cache_options& o = cache.options;
   DecodeRun run;
   CallScratch* scratch = CallScratch::current();
   if (scratch != nullptr && scratch->sizing()) {
     std::fill(counts, counts + o.batch, static_cast<int32_t>(q.shape[1]));
-    const int64_t block = std::max<int32_t>(kernel->key_block, 1);
     const int64_t groups = o.batch * o.heads_kv;
     for (int64_t s = 1; s <= o.capacity; ++s) {
-      if (s < o.capacity && o.capacity > kMeasureEveryLength &&
+      const attngen_kernel_info* kernel = kernels.serving(s);
+      const int64_t block = std::max<int32_t>(kernel->key_block, 1);
+      if (s < o.capacity && o.capacity > kMeasureEveryLength && kernels.serving(s + 1) == kernel &&
           (s + block - 1) / block == (s + block) / block &&
           split_keys(s, groups, kv_splits) == split_keys(s + 1, groups, kv_splits)) {
-        continue;  // s + 1 has the same key blocks and split
+        continue;  // s + 1 has the same kernel, key blocks and split
       }
       std::fill(kv_len, kv_len + o.batch, static_cast<int32_t>(s));
       run.make(cache, layer, q, out, scale, kv_len, counts, s, kv_splits);
-      if (run_kernel(c, kernel, run.args) != ATTNGEN_OK) return false;
+      if (run_kernel(c, kernel, run.args) != ATTNGEN_OK) return nullptr;
     }
-    return true;
+    return kernels.serving(o.capacity);
   }
   int64_t longest = 0;
   for (int64_t b = 0; b < o.batch; ++b) {
@@ -127,13 +144,17 @@ bool run_decode(Check& c, const attngen_kernel_info* kernel, const attngen_kv_ca
   // Only the slots some sequence fills are given to the kernel (at least one: extents > 0).
   const int64_t slots = std::clamp<int64_t>(longest, 1, o.capacity);
   run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
-  return run_kernel(c, kernel, run.args) == ATTNGEN_OK;
+  const attngen_kernel_info* kernel = kernels.serving(longest);
+  return run_kernel(c, kernel, run.args) == ATTNGEN_OK ? kernel : nullptr;
 }
 
 // The decode kernel for the cache's head dims and dtype and the queries' and output's dtypes (a
-// cache dtype no kernel takes: ATTNGEN_ERROR_DTYPE naming the cache).
-KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen_dtype out) {
+// cache dtype no kernel takes: ATTNGEN_ERROR_DTYPE naming the cache), of the form that suits
+// seq_kv cached keys.
+KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen_dtype out,
+                         int64_t seq_kv = 0) {
   KernelQuery query{ATTNGEN_OP_DECODE};
+  query.seq_kv = seq_kv;
   query.head_dim_qk = static_cast<int>(cache.options.head_dim_qk);
   query.head_dim_v = static_cast<int>(cache.options.head_dim_v);
   query.mask = ATTNGEN_MASK_CAUSAL;
@@ -143,9 +164,15 @@ KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen
   return query;
 }
 
-const attngen_kernel_info* select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
-                                         attngen_dtype out, const char* name) {
-  return select_kernel(c, decode_query(cache, q, out), name);
+// The kernels of both forms (one kernel for both where only one fits, or one is named).
+DecodeKernels select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
+                            attngen_dtype out, const char* name) {
+  DecodeKernels k;
+  k.short_keys = select_kernel(c, decode_query(cache, q, out), name);
+  if (k.short_keys != nullptr) {
+    k.long_keys = select_kernel(c, decode_query(cache, q, out, kDecodeLongKeys), name);
+  }
+  return k;
 }
 
 // attngen_decode() and its size query (kSize: nothing written, *bytes the workspace).
@@ -198,28 +225,28 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
   // (Without a kernel of those dtypes at all, straight to F32: a failed selection's message would
   // allocate.)
   Check native;
-  const attngen_kernel_info* kernel =
-      opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
-              may_fit_natively(decode_query(*cache, q->dtype, out->dtype))
-          ? select_decode(native, *cache, q->dtype, out->dtype, opt.kernel)
-          : nullptr;
+  DecodeKernels kernels;
+  if (opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
+      may_fit_natively(decode_query(*cache, q->dtype, out->dtype))) {
+    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel);
+  }
   F32Staging staging;
   attngen_tensor q32 = *q, out32 = *out;
-  if (kernel == nullptr) {
+  if (kernels.short_keys == nullptr) {
     const bool stage =
         opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
-    kernel = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
-                   : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
-    if (kernel == nullptr) return finish(c, nullptr);
+    kernels = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
+                    : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
+    if (kernels.short_keys == nullptr) return finish(c, nullptr);
     if (!staging.input(c, *q, "q", &q32) || !staging.output(c, *out, "out", &out32)) {
       return finish(c, nullptr);
     }
   }
-  if (run_decode(c, kernel, *cache, layer, q32, out32, opt.scale, counts, kv_len, opt.kv_splits)) {
-    staging.commit();
-  }
+  const attngen_kernel_info* ran =
+      run_decode(c, kernels, *cache, layer, q32, out32, opt.scale, counts, kv_len, opt.kv_splits);
+  if (ran != nullptr) staging.commit();
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
-  return finish(c, kernel);
+  return finish(c, ran != nullptr ? ran : kernels.short_keys);
 }
 
 // A linear kernel's arguments (Halide views kept here).
@@ -309,9 +336,10 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
     return finish(c, nullptr);
   }
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
-  const attngen_kernel_info* decode =
-      linear != nullptr ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr) : nullptr;
-  if (decode == nullptr) return finish(c, nullptr);
+  const DecodeKernels decode = linear != nullptr
+                                   ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
+                                   : DecodeKernels{};
+  if (decode.short_keys == nullptr) return finish(c, nullptr);
 
   // in_proj: qkv [B, t, 3E]; q, k and v are views of it, [B, t, H, Dh] each.
   const int64_t n_in = 3 * embed;
@@ -347,18 +375,22 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
     // In a workspace, all three kernels must fit before the append writes the cache.
     DecodeRun step;
     step.make(*cache, layer, head_view(0), t_attn, 0.0f, kv_len, counts, 1, kv_splits);
-    if (!precheck_kernel(c, linear, in_proj.args) || !precheck_kernel(c, decode, step.args) ||
+    if (!precheck_kernel(c, linear, in_proj.args) ||
+        !precheck_kernel(c, decode.short_keys, step.args) ||
+        (decode.long_keys != decode.short_keys &&
+         !precheck_kernel(c, decode.long_keys, step.args)) ||
         !precheck_kernel(c, linear, out_proj.args) || !reserve_lengths(c, *cache, layer)) {
       return finish(c, nullptr);
     }
   }
   if (run_kernel(c, linear, in_proj.args) != ATTNGEN_OK) return finish(c, nullptr);
   if (mode == CallMode::kRun) append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
-  run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len, kv_splits);
+  const attngen_kernel_info* ran =
+      run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len, kv_splits);
   if (!c.ok()) return finish(c, nullptr);
   run_kernel(c, linear, out_proj.args);
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
-  return finish(c, decode);
+  return finish(c, ran);
 }
 
 // attngen_mha_decode() and its size query.

@@ -105,6 +105,9 @@ std::string isa_names() {
 
 // Among kernels of the same ISA: 1 for the form that suits the call's key length.
 int form_rank(const attngen_kernel_info& k, const KernelQuery& q) {
+  if (q.op == ATTNGEN_OP_DECODE) {
+    return (k.requested_key_block > 0) == (q.seq_kv >= attngen::kDecodeLongKeys) ? 1 : 0;
+  }
   if (q.op != ATTNGEN_OP_ATTENTION) return 0;
   const int no_extra_output = (k.lse != 0) == q.lse ? 2 : 0;
   const bool long_sequence = q.seq_kv > long_keys(q.mask == ATTNGEN_MASK_CAUSAL);
