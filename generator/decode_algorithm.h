@@ -115,9 +115,11 @@ struct DecodeFuncs {
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
-  // The cache's K buffer (set by the generator), whose box a schedule's prefetch takes as the
-  // start of a slot's K and V (schedules/cpu_decode.cpp).
+  // The cache's K and V buffers (set by the generator), whose boxes a schedule's prefetches take
+  // as the start of a slot's K and of its V (an i8 cache: K's as the start of a group's K and V)
+  // (schedules/cpu_decode.cpp).
   Halide::ImageParam k_cache;
+  Halide::ImageParam v_cache;
 };
 
 DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in);

@@ -132,13 +132,22 @@ class Decode : public Generator<Decode> {
     attngen::DecodeFuncs fs = f;
     fs.out = *out;
     fs.k_cache = *k;
+    fs.v_cache = *v;
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
-      // K's box in q.k starts the slot (an i8 cache: the group of slots): its K, then its V
-      // (the storage layout).
+      // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) its V; an
+      // i8 cache's prefetch of K's box takes the whole group of slots, its K and its V (the
+      // storage layout).
       const int bytes = spec.kv_type.bytes();
-      slot_prefetch_.reset(attngen::prefetch_lines_pass({{k->name(), bytes, slot_stride * bytes}}));
+      if (i8) {
+        slot_prefetch_.reset(
+            attngen::prefetch_lines_pass({{k->name(), bytes, slot_stride * bytes}}));
+      } else {
+        slot_prefetch_.reset(
+            attngen::prefetch_lines_pass({{k->name(), bytes, spec.head_dim_qk * bytes},
+                                          {v->name(), bytes, spec.head_dim_v * bytes}}));
+      }
     }
   }
 

@@ -252,8 +252,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(rdi)
         .unroll(r, rows, round)
         .unroll(si);
-    // Software prefetch of the whole slot (its K and its V) prefetch_slots keys ahead of q.k:
-    // Halide's prefetch of K's box there, made a prefetch of every line of the slot by
+    // Software prefetch of the slot's K prefetch_slots keys ahead of q.k (its V: P.V, below):
+    // Halide's prefetch of K's box there, made a prefetch of every line of the slot's K by
     // prefetch_lines_pass (which the generator adds to the pipeline).
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
       dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots,
@@ -357,6 +357,11 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(vi)
         .unroll(vp)
         .unroll(pi);
+    // The slot's V prefetch_slots keys ahead of P.V (as q.k does its K).
+    if (t.prefetch_slots > 0 && f.v_cache.defined()) {
+      pv.update().prefetch(f.v_cache, f.rk, f.rk, t.prefetch_slots,
+                           PrefetchBoundStrategy::NonFaulting);
+    }
   }
 
   // The merge: per (query, sequence), over the splits, for every head.

@@ -285,7 +285,7 @@ namespace {
 constexpr int kCpuDecodeKeyBlock = 128;
 constexpr int kCudaDecodeKeyBlock = 32;
 constexpr int kCpuDecodeRowTile = 4;
-constexpr int kCpuDecodePrefetchSlots = 16;
+constexpr int kCpuDecodeI8PrefetchSlots = 16;  // one group of slots (generator/kv_layout.h)
 
 }  // namespace
 
@@ -313,11 +313,14 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   // Blocks are read where they are in the cache (cpu_decode.cpp: the copy of each block before
   // use, once faster for f32 caches, measured 1.1-1.6x slower on a Sapphire-Rapids-class VM).
   if (t.stage_block < 0) t.stage_block = 0;
-  // x86 CPUs: q.k prefetches the slot prefetch_slots keys ahead, its K and its V into L2
-  // (cpu_decode.cpp); unmeasured on ARM, where the hardware's prefetchers are left alone.
+  // x86 CPUs: q.k prefetches each slot's K and P.V its V into L2 one key block ahead (an i8
+  // cache: q.k its groups of slots, K and V, one group ahead) (cpu_decode.cpp); unmeasured on
+  // ARM, where the hardware's prefetchers are left alone.
   if (t.prefetch_slots < 0) {
-    t.prefetch_slots =
-        target.arch == Halide::Target::X86 && info.isa != Isa::kCuda ? kCpuDecodePrefetchSlots : 0;
+    const bool x86 = target.arch == Halide::Target::X86 && info.isa != Isa::kCuda;
+    t.prefetch_slots = !x86                             ? 0
+                       : spec.kv_type == Halide::Int(8) ? kCpuDecodeI8PrefetchSlots
+                                                        : spec.key_block;
   }
   return t;
 }

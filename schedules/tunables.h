@@ -38,7 +38,8 @@ struct DecodeTunables {
   int pv_rows = 0;       // rows per register tile of the probs.v product (CPU; divides row_tile)
   int row_tile = 0;      // rows per tile of a key block, sharing each converted vector of K (CPU)
   int stage_block = -1;  // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
-  int prefetch_slots = -1;  // q.k prefetches the slot (K and V) this many keys ahead; 0: none (CPU)
+  int prefetch_slots = -1;  // K (in q.k) and V (in P.V) prefetched this many keys ahead (an i8
+                            // cache: its groups, K and V, in q.k); 0: none (CPU)
 };
 
 template <typename T>
