@@ -42,7 +42,13 @@
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key
 //    (an i8 cache: above).
-//  - Key blocks of 128 keys for every cache type, read where they are in the cache (plan_decode).
+//  - Key blocks of 128 keys for every cache type, read where they are in the cache (plan_decode);
+//    a variant's KEY_BLOCK for long caches (the runtime's form from kDecodeLongKeys keys,
+//    schedules/targets.h): the i8 cache's 256 at D128, 0.93 of the time at Skv 8192 on the
+//    VNNI row (per block: the statistics, P.V's 3 x 4 x Dv partial sums and their combination,
+//    the merge into the running state), 1.5x at Skv 16 (a task computes whole blocks); 512
+//    keys 0.91 at Skv 8192 but 1.2x at 768 (two splits of one partly used block each); f16 and
+//    bf16 caches with blocks of 256 within the noise (session 31).
 //    stage_block = 1 (a tunable) copies each block's slots as stored first, K and V of each slot
 //    in memory order, so that the memory sees one sequential stream instead of the K halves of
 //    the block's slots and then their V halves: measured 1.2x faster for f32 caches on a 2-core
@@ -50,17 +56,23 @@
 //    Sapphire-Rapids-class one (64-key blocks copied against 128-key blocks read in place,
 //    bench/RESULTS.md "Decode: blocks read in place"), where the 64 KiB copy does not fit the
 //    48 KiB L1 and no load is in flight while a block is computed.
-//  - On x86, q.k prefetches the whole slot prefetch_slots (16) keys ahead, its K and its V,
-//    into L2 (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp). A block's K halves are read
-//    in one pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a
-//    2-core Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a streaming
-//    read (9 against 23 GB/s, one thread), and prefetching each whole slot ahead brought it to
-//    0.7-1.0. The kernels (bench/RESULTS.md, 2 threads): 1.3-1.8x faster over DRAM-sized caches and
-//    those of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the L3-resident f32 decode
-//    unchanged to 1.1x slower. Tried: prefetcht0 (into L1) 1.5x slower than prefetcht1 over
-//    DRAM on one thread, prefetcht2 within 5%; 4 or 8 keys ahead mixed (the f32 cache up to
-//    1.14x faster at 4, f16 and bf16 up to 1.45x slower), 32 no faster; every other line only
-//    (leaving the rest to the L2's adjacent-line fetch) 1.2-2x slower.
+//  - On x86, q.k prefetches each slot's K and P.V its V prefetch_slots keys (one key block)
+//    ahead into L2 (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp); an i8 cache's q.k
+//    prefetches its groups of slots, K and V, one group ahead. A block's K halves are read in
+//    one pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a
+//    2-core Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a
+//    streaming read (9 against 23 GB/s, one thread), and prefetching each whole slot ahead in
+//    q.k brought it to 0.7-1.0; the kernels (bench/RESULTS.md, 2 threads) 1.3-1.8x faster over
+//    DRAM-sized caches and those of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the
+//    L3-resident f32 decode unchanged to 1.1x slower. That left the memory idle while P.V ran
+//    (all its V requested during q.k): each pass prefetching its own half one block ahead made
+//    the f32 decode 0.86 of that time over a DRAM-sized cache and 0.85 at Skv 8192, L3- and
+//    L2-resident unchanged (session 31; both halves 16 keys ahead 0.91 / 1.0, V alone one block
+//    ahead 0.86 / 0.90, 64 and 256 keys ahead within the noise of 128). Tried before: prefetcht0
+//    (into L1) 1.5x slower than prefetcht1 over DRAM on one thread, prefetcht2 within 5%; the
+//    whole slot 4 or 8 keys ahead mixed (the f32 cache up to 1.14x faster at 4, f16 and bf16 up
+//    to 1.45x slower), 32 no faster; every other line only (leaving the rest to the L2's
+//    adjacent-line fetch) 1.2-2x slower. An i8 cache's groups 2-8 groups ahead: no faster.
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
 // Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
