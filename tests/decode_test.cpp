@@ -702,6 +702,51 @@ TEST(DecodeDispatch, FormFollowsCacheLength) {
   }
 }
 
+// A ring (a window) holds at most its capacity: a sequence of more positions than
+// kDecodeLongKeys over fewer slots runs the short caches' form, in the workspace its size query
+// sized.
+TEST(DecodeDispatch, RingLongerThanItsSlots) {
+  const int64_t hkv = 2, hq = 4, d = 128, chunk = 60;
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.dtype = ATTNGEN_I8;
+  o.layers = 1;
+  o.batch = 1;
+  o.heads_kv = hkv;
+  o.head_dim_qk = d;
+  o.capacity = 64;
+  o.window = 3;
+  Cache owned;
+  ASSERT_EQ(attngen_kv_cache_create(&o, &owned.cache), ATTNGEN_OK) << attngen_last_error();
+  std::mt19937_64 rng(::testing::UnitTest::GetInstance()->random_seed());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> kv(static_cast<size_t>(chunk * hkv * d)), q(hq * d), out(q.size());
+  for (float& x : q) x = u(rng);
+  const int64_t qs[4] = {1, 1, hq, d}, rows[4] = {1, chunk, hkv, d};
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
+  attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
+  const attngen_tensor t = attngen_tensor_contiguous(kv.data(), ATTNGEN_F32, 4, rows);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_decode_workspace_size(&tq, owned.cache, 0, &to, nullptr, &bytes), ATTNGEN_OK)
+      << attngen_last_error();
+  std::vector<unsigned char> workspace(bytes);
+  for (int64_t n = chunk; n < 2 * kDecodeLongKeys; n += chunk) {
+    for (float& x : kv) x = u(rng);
+    ASSERT_EQ(attngen_kv_cache_append(owned.cache, 0, &t, &t, nullptr), ATTNGEN_OK)
+        << attngen_last_error();
+  }
+  int64_t length = 0;
+  ASSERT_EQ(attngen_kv_cache_length(owned.cache, 0, 0, &length), ATTNGEN_OK);
+  ASSERT_GT(length, kDecodeLongKeys);
+  ASSERT_EQ(attngen_set_workspace(workspace.data(), workspace.size()), ATTNGEN_OK);
+  const attngen_status st = attngen_decode(&tq, owned.cache, 0, &to, nullptr);
+  const std::string error = attngen_last_error();
+  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+  attngen_set_workspace(nullptr, 0);
+  ASSERT_EQ(st, ATTNGEN_OK) << error;
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->requested_key_block, 0) << k->name;
+}
+
 // The int8 error on realistic K and V (Llama-like: 32/8 heads of 128, a 256-token sequence)
 // over several fresh draws, reported (ATTNGEN_I8_REPORT=1 prints it) and held to the bound.
 TEST(DecodeCacheDtype, I8QuantisationError) {

@@ -106,10 +106,10 @@ struct DecodeRun {
 constexpr int64_t kMeasureEveryLength = 256;
 
 // Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out, with
-// the kernel of the form that serves the longest sequence; returns the kernel run, nullptr if
-// it failed (c says why). kv_len (B values) is the call's scratch. In a size query each form's
-// kernel is measured over every length it serves that the layer may hold, with every query row
-// real.
+// the kernel of the form that serves the slots the longest sequence fills; returns the kernel run,
+// nullptr if it failed (c says why). kv_len (B values) is the call's scratch. In a size query each
+// form's kernel is measured over every length it serves that the layer may hold, with every query
+// row real.
 const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
                                       const attngen_kv_cache& cache, int64_t layer,
                                       const attngen_tensor& q, const attngen_tensor& out,
@@ -144,7 +144,7 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
   // Only the slots some sequence fills are given to the kernel (at least one: extents > 0).
   const int64_t slots = std::clamp<int64_t>(longest, 1, o.capacity);
   run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
-  const attngen_kernel_info* kernel = kernels.serving(longest);
+  const attngen_kernel_info* kernel = kernels.serving(slots);  // (a ring's: at most its capacity)
   return run_kernel(c, kernel, run.args) == ATTNGEN_OK ? kernel : nullptr;
 }
 
