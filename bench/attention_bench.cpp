@@ -22,9 +22,11 @@
 // decode/dram/... (attngen_decode over a KV cache that stays in L3 and one that does not, GB/s of
 // K and V read) each next to stream_read/<l3|dram>/... (a vectorised streaming read of as many
 // bytes, the memory's ceiling, in the same run), decode_cache/<dtype>/<shape> (Skv8192, and an
-// L2-resident Skv128) next to stream_cache/<dtype>/..., and decode_splits/... (split-KV against
-// one task per kv head, on 2 threads), and mha_decode_step/<weights|layer>/... (one token of the
-// MHA layer over a KV cache: the caller's weights packed per step, or a persistent layer).
+// L2-resident Skv128) next to stream_cache/<dtype>/..., decode_call/.../threads_<set|default>
+// (a 16-slot cache: a call's own cost, with the thread count set and the library's default),
+// decode_splits/... (split-KV against one task per kv head, on 2 threads), and
+// mha_decode_step/<weights|layer>/... (one token of the MHA layer over a KV cache: the caller's
+// weights packed per step, or a persistent layer).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

@@ -67,11 +67,11 @@
 //    L3-resident f32 decode unchanged to 1.1x slower. That left the memory idle while P.V ran
 //    (all its V requested during q.k): each pass prefetching its own half one block ahead made
 //    the f32 decode 0.86 of that time over a DRAM-sized cache and 0.85 at Skv 8192, L3- and
-//    L2-resident unchanged (session 31; both halves 16 keys ahead 0.91 / 1.0, V alone one block
-//    ahead 0.86 / 0.90, 64 and 256 keys ahead within the noise of 128). Tried before: prefetcht0
-//    (into L1) 1.5x slower than prefetcht1 over DRAM on one thread, prefetcht2 within 5%; the
-//    whole slot 4 or 8 keys ahead mixed (the f32 cache up to 1.14x faster at 4, f16 and bf16 up
-//    to 1.45x slower), 32 no faster; every other line only (leaving the rest to the L2's
+//    L2-resident unchanged (session 31; each half 16 keys ahead 0.91 / 1.0, K 16 and V 128
+//    keys ahead 0.86 / 0.90, 64 and 256 keys ahead within the noise of 128). Tried before:
+//    prefetcht0 (into L1) 1.5x slower than prefetcht1 over DRAM on one thread, prefetcht2 within
+//    5%; the whole slot 4 or 8 keys ahead mixed (the f32 cache up to 1.14x faster at 4, f16 and
+//    bf16 up to 1.45x slower), 32 no faster; every other line only (leaving the rest to the L2's
 //    adjacent-line fetch) 1.2-2x slower. An i8 cache's groups 2-8 groups ahead: no faster.
 //  - The merge of the splits is a small second stage, parallel over queries.
 //
