@@ -640,18 +640,26 @@ TEST(DecodeCacheDtype, I8CacheRunsVnniKernel) {
   attngen_set_isa(nullptr);
 }
 
-// The default decode kernel for caches holding fewer than kDecodeLongKeys keys, a KEY_BLOCK one
-// of the same ISA from there (i8 caches of D128, where the variant list has one); and one
-// workspace, sized by the size query for a capacity that spans both, serves both.
-TEST(DecodeDispatch, FormFollowsCacheLength) {
-  const int64_t limit = kDecodeLongKeys, hkv = 2, hq = 4, d = 128;
+// Options of the dispatch tests' caches: I8, one layer, one sequence, 2 kv heads of D128.
+attngen_kv_cache_options dispatch_cache(int64_t capacity, int64_t window) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   o.dtype = ATTNGEN_I8;
   o.layers = 1;
   o.batch = 1;
-  o.heads_kv = hkv;
-  o.head_dim_qk = d;
-  o.capacity = limit + 8;
+  o.heads_kv = 2;
+  o.head_dim_qk = 128;
+  o.capacity = capacity;
+  o.window = window;
+  return o;
+}
+
+// The default decode kernel for caches holding fewer than kDecodeLongKeys keys, a KEY_BLOCK one
+// of the same ISA from there (i8 caches of D128, where the variant list has one); and one
+// workspace, sized by the size query for a capacity that spans both, serves both.
+TEST(DecodeDispatch, FormFollowsCacheLength) {
+  const int64_t limit = kDecodeLongKeys, hq = 4;
+  const attngen_kv_cache_options o = dispatch_cache(limit + 8, -1);
+  const int64_t hkv = o.heads_kv, d = o.head_dim_qk;
   Cache owned;
   ASSERT_EQ(attngen_kv_cache_create(&o, &owned.cache), ATTNGEN_OK) << attngen_last_error();
   attngen_kv_cache* cache = owned.cache;
@@ -706,15 +714,9 @@ TEST(DecodeDispatch, FormFollowsCacheLength) {
 // kDecodeLongKeys over fewer slots runs the short caches' form, in the workspace its size query
 // sized.
 TEST(DecodeDispatch, RingLongerThanItsSlots) {
-  const int64_t hkv = 2, hq = 4, d = 128, chunk = 60;
-  attngen_kv_cache_options o = attngen_kv_cache_options_default();
-  o.dtype = ATTNGEN_I8;
-  o.layers = 1;
-  o.batch = 1;
-  o.heads_kv = hkv;
-  o.head_dim_qk = d;
-  o.capacity = 64;
-  o.window = 3;
+  const int64_t hq = 4, chunk = 60;
+  const attngen_kv_cache_options o = dispatch_cache(64, 3);
+  const int64_t hkv = o.heads_kv, d = o.head_dim_qk;
   Cache owned;
   ASSERT_EQ(attngen_kv_cache_create(&o, &owned.cache), ATTNGEN_OK) << attngen_last_error();
   std::mt19937_64 rng(::testing::UnitTest::GetInstance()->random_seed());
