@@ -151,8 +151,8 @@ inline const TargetRow& target_row(Isa isa) {
 inline constexpr long long long_keys(bool causal) { return causal ? 4096 : 2048; }
 
 // Dispatch between the forms of decode kernels (runtime/src/registry.cpp): from this many cached
-// keys (the longest sequence of the call) a kernel built with KEY_BLOCK is preferred. A decode
-// task computes whole key blocks, so at short lengths the default 128-key blocks waste less;
+// keys (the slots the call's longest sequence fills) a kernel built with KEY_BLOCK is preferred. A
+// decode task computes whole key blocks, so at short lengths the default 128-key blocks waste less;
 // at long ones larger blocks spend less per block (statistics, the merge into the running state,
 // P.V's partial sums). Measured for the AVX512-VNNI i8 kernel at D128 (B1 Hq 32 / Hkv 8, 2
 // threads): blocks of 256 keys 0.93 of the time at Skv 8192, 0.86-0.93 at 512-2048, 1.15 at 384
