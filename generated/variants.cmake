@@ -130,6 +130,8 @@ set(ATTNGEN_VARIANTS
     "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC"
     # The key-block form of decode asked for explicitly: the runtime prefers it from 512 cached
     # keys (schedules/targets.h, kDecodeLongKeys). Blocks of 256 keys for the i8 cache at D128:
-    # 0.93 of the time of blocks of 128 at Skv 8192 on AVX512-VNNI (bench/RESULTS.md, session 31).
-    "OP decode KV_DTYPE i8 HEAD_DIM 128 KEY_BLOCK 256"
+    # 0.93 of the time of blocks of 128 at Skv 8192 on AVX512-VNNI, 0.95 on AVX-512 without it
+    # (bench/RESULTS.md, session 31); on the AVX-512 rows only, where measured (CUDA's blocks
+    # are bounded by shared memory: 256 keys would take 152 KiB).
+    "OP decode KV_DTYPE i8 HEAD_DIM 128 KEY_BLOCK 256 ONLY_ISAS avx512 avx512bf16"
 )

@@ -98,10 +98,10 @@ struct DecodeFuncs {
   Halide::Func block_sum;     // (kb, r, hk, b)
   Halide::Func block_pv;      // (d, kb, r, hk, b)
   // spec.int8_dot: P.V as integer dot products (decode_algorithm.cpp, define_i8_pv): the bits of
-  // a row's largest finite weight in a block (kb, r, hk, b), 2^23 over it, each weight (s, r, hk,
-  // b) in fixed point and its bytes (s, c, r, hk, b), their sums with V per byte (d, c, kb, r,
-  // hk, b), and the sum of a block's weights (kb, r, hk, b), NaN where an attended V scale is.
-  Halide::Func pv_max, pv_unit, pv_fixed, pv_limb, block_pv_i32, pv_check;
+  // a row's largest weight's magnitude in a block (kb, r, hk, b; a NaN's where an attended V
+  // scale is NaN), 2^23 over it, each weight (s, r, hk, b) in fixed point and its bytes (s, c, r,
+  // hk, b), and their sums with V per byte (d, c, kb, r, hk, b).
+  Halide::Func pv_max, pv_unit, pv_fixed, pv_limb, block_pv_i32;
   Halide::Func v_bytes;  // an i8 cache: (byte, group, hk, b) V's part of a group, group clamped
   Halide::RDom rquad;    // an i8 cache's P.V: a key block's keys as (quad, key of the quad)
   Halide::Func visit;    // (kb, b) whether block kb may hold a key some row attends
