@@ -34,10 +34,10 @@ struct LinearTunables {
 };
 
 struct DecodeTunables {
-  int key_tile = 0;      // keys per iteration of the q.k loop (CPU; default 1)
-  int pv_rows = 0;       // rows per register tile of the probs.v product (CPU; divides row_tile)
-  int row_tile = 0;      // rows per tile of a key block, sharing each converted vector of K (CPU)
-  int stage_block = -1;  // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
+  int key_tile = 0;  // keys per iteration of the q.k loop (CPU; default 1; not the VNNI i8 kernels)
+  int pv_rows = 0;   // rows per register tile of the probs.v product (CPU; divides row_tile)
+  int row_tile = 0;  // rows per tile of a key block, sharing each converted vector of K (CPU)
+  int stage_block = -1;     // copy each key block's slots as stored before use: 1, or not: 0 (CPU)
   int prefetch_slots = -1;  // K (in q.k) and V (in P.V) prefetched this many keys ahead (an i8
                             // cache: its groups, K and V, in q.k); 0: none (CPU)
 };

@@ -710,6 +710,28 @@ TEST(DecodeDispatch, FormFollowsCacheLength) {
   }
 }
 
+// Decoding through the threshold (the cache's last appends at kDecodeLongKeys - 2 ... + 1 keys),
+// each step against the float64 reference: the short form below, the long one from there where
+// it is built.
+TEST(DecodeDispatch, BothFormsMatchTheReference) {
+  for (const int64_t n : {kDecodeLongKeys - 3, kDecodeLongKeys}) {
+    SCOPED_TRACE("cached " + std::to_string(n));
+    DecodeTester t;
+    t.batch(1).heads(8, 2).head_dim(128).cache_dtype(ATTNGEN_I8).cached(n).steps(2).Test();
+    const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+    ASSERT_NE(k, nullptr) << attngen_last_kernel();
+    if (n < kDecodeLongKeys) {
+      EXPECT_EQ(k->requested_key_block, 0) << k->name;
+    } else if (k->requested_key_block == 0) {
+      for (const attngen_kernel_info* c : decode_kernels()) {
+        EXPECT_FALSE(c->dtypes.cache == ATTNGEN_I8 && !c->generic && c->head_dim_qk == 128 &&
+                     c->requested_key_block > 0 && !std::strcmp(c->isa, k->isa))
+            << c->name << " is built but " << k->name << " ran";
+      }
+    }
+  }
+}
+
 // A ring (a window) holds at most its capacity: a sequence of more positions than
 // kDecodeLongKeys over fewer slots runs the short caches' form, in the workspace its size query
 // sized.
