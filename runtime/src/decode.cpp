@@ -57,8 +57,9 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
 }
 
 // A decode kernel of each form (registry.cpp's form_rank): the default one for calls whose longest
-// sequence holds fewer than kDecodeLongKeys keys (schedules/targets.h), a KEY_BLOCK one from
-// there, the same kernel for both where only one fits the call or one is named.
+// sequence fills fewer than kDecodeLongKeys slots (schedules/targets.h), a KEY_BLOCK one from
+// there; the same kernel for both where only one fits the call, one is named, or the call needs
+// only one form.
 struct DecodeKernels {
   const attngen_kernel_info* short_keys = nullptr;
   const attngen_kernel_info* long_keys = nullptr;
@@ -101,6 +102,21 @@ struct DecodeRun {
   }
 };
 
+// The slots a decode kernel reads when the layer's longest sequence holds `longest` positions: at
+// least one (extents > 0), at most the capacity (a ring's).
+int64_t slots_read(const attngen_kv_cache& cache, int64_t longest) {
+  return std::clamp<int64_t>(longest, 1, cache.options.capacity);
+}
+
+// Positions of the layer's longest sequence.
+int64_t longest_length(const attngen_kv_cache& cache, int64_t layer) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < cache.options.batch; ++b) {
+    longest = std::max(longest, cache_length(cache, layer, b));
+  }
+  return longest;
+}
+
 // Caches up to this capacity are measured at every length; longer ones at the longest length of
 // each run of lengths with the same key blocks and split (what the kernels' scratch follows).
 constexpr int64_t kMeasureEveryLength = 256;
@@ -141,10 +157,10 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
     kv_len[b] = static_cast<int32_t>(n);
     longest = std::max(longest, n);
   }
-  // Only the slots some sequence fills are given to the kernel (at least one: extents > 0).
-  const int64_t slots = std::clamp<int64_t>(longest, 1, o.capacity);
+  // Only the slots some sequence fills are given to the kernel.
+  const int64_t slots = slots_read(cache, longest);
   run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
-  const attngen_kernel_info* kernel = kernels.serving(slots);  // (a ring's: at most its capacity)
+  const attngen_kernel_info* kernel = kernels.serving(slots);
   return run_kernel(c, kernel, run.args) == ATTNGEN_OK ? kernel : nullptr;
 }
 
@@ -164,14 +180,17 @@ KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen
   return query;
 }
 
-// The kernels of both forms (one kernel for both where only one fits, or one is named).
+// The kernels of the forms that serve a call reading `lo` to `hi` slots (a size query: every
+// length the layer may hold): a selection per form the call needs, not one on every call for each.
 DecodeKernels select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
-                            attngen_dtype out, const char* name) {
+                            attngen_dtype out, const char* name, int64_t lo, int64_t hi) {
   DecodeKernels k;
-  k.short_keys = select_kernel(c, decode_query(cache, q, out), name);
-  if (k.short_keys != nullptr) {
+  if (lo < kDecodeLongKeys) k.short_keys = select_kernel(c, decode_query(cache, q, out), name);
+  if (hi >= kDecodeLongKeys && (lo >= kDecodeLongKeys || k.short_keys != nullptr)) {
     k.long_keys = select_kernel(c, decode_query(cache, q, out, kDecodeLongKeys), name);
   }
+  if (k.short_keys == nullptr) k.short_keys = k.long_keys;
+  if (k.long_keys == nullptr) k.long_keys = k.short_keys;
   return k;
 }
 
@@ -220,6 +239,10 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
       !check_clear_of_cache(c, *cache, layer, *out, "out", true)) {
     return finish(c, nullptr);
   }
+  // The slots the kernel reads: a size query covers every length.
+  const int64_t lo =
+      mode == CallMode::kSize ? 1 : slots_read(*cache, longest_length(*cache, layer));
+  const int64_t hi = mode == CallMode::kSize ? o.capacity : lo;
   // A kernel for the call's dtypes; else (F16 / BF16 q or out that no kernel takes over this
   // cache) an F32-query kernel with q and out staged in F32, as attngen_attention() does.
   // (Without a kernel of those dtypes at all, straight to F32: a failed selection's message would
@@ -228,15 +251,15 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
   DecodeKernels kernels;
   if (opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
       may_fit_natively(decode_query(*cache, q->dtype, out->dtype))) {
-    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel);
+    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
   }
   F32Staging staging;
   attngen_tensor q32 = *q, out32 = *out;
   if (kernels.short_keys == nullptr) {
     const bool stage =
         opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
-    kernels = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
-                    : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel);
+    kernels = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi)
+                    : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
     if (kernels.short_keys == nullptr) return finish(c, nullptr);
     if (!staging.input(c, *q, "q", &q32) || !staging.output(c, *out, "out", &out32)) {
       return finish(c, nullptr);
@@ -336,9 +359,14 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
     return finish(c, nullptr);
   }
   const attngen_kernel_info* linear = select_kernel(c, KernelQuery{ATTNGEN_OP_LINEAR}, nullptr);
-  const DecodeKernels decode = linear != nullptr
-                                   ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr)
-                                   : DecodeKernels{};
+  // The slots the decode reads, its sequences t positions longer at most after the append (a
+  // size query: every length).
+  const int64_t longest = mode == CallMode::kSize ? 0 : longest_length(*cache, layer);
+  const int64_t lo = mode == CallMode::kSize ? 1 : slots_read(*cache, longest);
+  const int64_t hi = mode == CallMode::kSize ? o.capacity : slots_read(*cache, longest + t);
+  const DecodeKernels decode =
+      linear != nullptr ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi)
+                        : DecodeKernels{};
   if (decode.short_keys == nullptr) return finish(c, nullptr);
 
   // in_proj: qkv [B, t, 3E]; q, k and v are views of it, [B, t, H, Dh] each.
