@@ -3,6 +3,7 @@
 // Head dims and the cached element type are compile-time (the variant); B, Sq, Hq, Hkv (any ratio),
 // the slots, the ring capacity, the window and the split size are run-time.
 #include <memory>
+#include <vector>
 
 #include "generator/decode_algorithm.h"
 #include "generator/kv_layout.h"
@@ -140,14 +141,9 @@ class Decode : public Generator<Decode> {
       // i8 cache's prefetch of K's box takes the whole group of slots, its K and its V (the
       // storage layout).
       const int bytes = spec.kv_type.bytes();
-      if (i8) {
-        slot_prefetch_.reset(
-            attngen::prefetch_lines_pass({{k->name(), bytes, slot_stride * bytes}}));
-      } else {
-        slot_prefetch_.reset(
-            attngen::prefetch_lines_pass({{k->name(), bytes, spec.head_dim_qk * bytes},
-                                          {v->name(), bytes, spec.head_dim_v * bytes}}));
-      }
+      std::vector<attngen::PrefetchSpan> spans = {{k->name(), bytes, slot_stride * bytes}};
+      if (!i8) spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
+      slot_prefetch_.reset(attngen::prefetch_lines_pass(spans));
     }
   }
 
