@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "generator/kv_layout.h"
+
 namespace attngen {
 
 namespace {
@@ -285,7 +287,6 @@ namespace {
 constexpr int kCpuDecodeKeyBlock = 128;
 constexpr int kCudaDecodeKeyBlock = 32;
 constexpr int kCpuDecodeRowTile = 4;
-constexpr int kCpuDecodeI8PrefetchSlots = 16;  // one group of slots (generator/kv_layout.h)
 
 }  // namespace
 
@@ -318,9 +319,7 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   // ARM, where the hardware's prefetchers are left alone.
   if (t.prefetch_slots < 0) {
     const bool x86 = target.arch == Halide::Target::X86 && info.isa != Isa::kCuda;
-    t.prefetch_slots = !x86                             ? 0
-                       : spec.kv_type == Halide::Int(8) ? kCpuDecodeI8PrefetchSlots
-                                                        : spec.key_block;
+    t.prefetch_slots = !x86 ? 0 : spec.kv_type == Halide::Int(8) ? kI8SlotGroup : spec.key_block;
   }
   return t;
 }
