@@ -68,8 +68,8 @@ void define_i8_pv(DecodeFuncs& f, int block, const Expr& v_finite, const Expr& d
   // results are never output.)
   const Expr dv_read = generic ? Halide::min(d, dv - 1) : Expr(d);
   const Expr v_byte =
-      quad % (kI8SlotGroup / kI8DotBytes) * (dv * kI8DotBytes) + dv_read * kI8DotBytes + lane;
-  const Expr v_group = kb * (block / kI8SlotGroup) + quad / (kI8SlotGroup / kI8DotBytes);
+      quad % (kSlotGroup / kI8DotBytes) * (dv * kI8DotBytes) + dv_read * kI8DotBytes + lane;
+  const Expr v_group = kb * (block / kSlotGroup) + quad / (kSlotGroup / kI8DotBytes);
   const Expr quad_key = kb * block + quad * kI8DotBytes + lane;
   const Expr v_i8 = f.v_bytes(v_byte, v_group, hk, b);
   if (!int8_dot) {
@@ -136,25 +136,34 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
   // As stored first (inline unless a schedule copies a block of slots), then as f32.
   const bool quantised = spec.kv_type == Int(8);
+  const bool grouped = spec.kv_type != Float(32);  // generator/kv_layout.h
+  const int pack = group_pack(spec.kv_type.bytes());
   f.k_stored = Func("k_stored");
   f.v_stored = Func("v_stored");
-  // An i8 cache's slots come in groups (generator/kv_layout.h; k and v are (byte, group, hkv, b)
-  // views of each group's K and V parts). K and V are read by whole groups, the last one
-  // clamped, so that a schedule can load a group's keys as vectors: their bytes past the filled
-  // slots are finite integers, the select of `scores` drops their scores and their weights in
-  // P.V are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there).
-  const Expr last_group = in.slots / kI8SlotGroup - 1;
-  const Expr slot_group = clamp(s / kI8SlotGroup, 0, last_group);
-  const Expr group_slot = slot_group * kI8SlotGroup + s % kI8SlotGroup;
+  // An i8, f16 or bf16 cache's slots come in groups (generator/kv_layout.h; k and v are
+  // (element, group, hkv, b) views of each group's K and V parts). K is read by whole groups,
+  // the last one clamped, so that a schedule can load a group's keys as vectors: whatever its
+  // elements past the filled slots hold (zeros, or what an earlier sequence left: i8 bytes are
+  // finite integers, 16-bit ones may be NaN), the select of `scores` drops their scores. An i8
+  // cache's V is read by whole groups too: its bytes are finite and those keys' weights in P.V
+  // are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there). A 16-bit
+  // cache's V is read by the clamped slot, as an f32 cache's.
+  const Expr last_group = in.slots / kSlotGroup - 1;
+  const Expr slot_group = clamp(s / kSlotGroup, 0, last_group);
+  const Expr group_slot = slot_group * kSlotGroup + s % kSlotGroup;
   const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);  // V's elements a slot
   if (quantised) {
-    f.k_stored(d, s, hk, b) = in.k(i8_k_offset(dq, s % kI8SlotGroup), slot_group, hk, b);
+    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
     const Var e("e"), g("g");
     f.v_bytes = Func("v_bytes");
     f.v_bytes(e, g, hk, b) = in.v(e, clamp(g, 0, last_group), hk, b);
     // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
-    f.v_stored(d, s, hk, b) = f.v_bytes(i8_v_offset(dv, Expr(s), dv_stored),
-                                        s / kI8DotBytes / (kI8SlotGroup / kI8DotBytes), hk, b);
+    f.v_stored(d, s, hk, b) = f.v_bytes(group_v_offset(dv, Expr(s), dv_stored, pack),
+                                        s / kI8DotBytes / (kSlotGroup / kI8DotBytes), hk, b);
+  } else if (grouped) {
+    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
+    f.v_stored(d, s, hk, b) =
+        in.v(group_v_offset(dv, slot, dv_stored, pack), slot / kSlotGroup, hk, b);
   } else {
     f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
     f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
@@ -188,8 +197,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr p = f.position(s, b), query_position = f.row_position(r, b);
   Expr attend = s < in.slots && p >= 0 && p <= query_position;
   attend = attend && (in.window < 0 || p >= query_position - in.window);
-  // (An i8 cache's slots past the capacity, in its last group, hold no position.)
-  if (quantised) attend = attend && s < in.capacity;
+  // (A grouped cache's slots past the capacity, in its last group, hold no position.)
+  if (grouped) attend = attend && s < in.capacity;
 
   f.rd = RDom(0, spec.head_dim_qk, "rd");
   f.dot = Func("dot");
@@ -263,7 +272,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.probs_scaled = stats.probs_scaled;
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
-  if (quantised && block % kI8SlotGroup == 0) {
+  if (quantised && block % kSlotGroup == 0) {
     define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot);
   }
 

@@ -6,7 +6,8 @@
 // values are one contiguous stream (measured on the 2-core dev machine, paired runs: 0.83 of a
 // plain streaming read, against 0.76 with K and V in separate arrays; bench/RESULTS.md). k and
 // v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart
-// (an i8 cache's: (byte, group, hkv, b) of its groups of 16 slots, generator/kv_layout.h).
+// (an i8, f16 or bf16 cache's: (element, group, hkv, b) of its groups of 16 slots,
+// generator/kv_layout.h).
 // Slot s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
 // that is p = s (a plain cache), beyond it the cache is a ring buffer of the last `capacity`
 // positions. Queries are aligned bottom-right: query i of sequence b sits at position
@@ -52,8 +53,8 @@ struct DecodeSpec {
 
 struct DecodeInputs {
   Halide::Func q;  // (d, h, i, b) the new queries, BSHD
-  // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8 cache's (byte, group,
-  // hkv, b), its groups' K and V parts (generator/kv_layout.h)
+  // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8, f16 or bf16 cache's
+  // (element, group, hkv, b), its groups' K and V parts (generator/kv_layout.h)
   Halide::Func k, v;
   Halide::Func kv_scales;  // (c, s, hkv, b) f32, i8 caches only: c = 0 K's scale, 1 V's
   Halide::Func kv_len;     // (b) positions in the cache (after the append of the new tokens)
@@ -116,7 +117,8 @@ struct DecodeFuncs {
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
   // The cache's K and V buffers (set by the generator), whose boxes a schedule's prefetches take
-  // as the start of a slot's K and of its V (an i8 cache: K's as the start of a group's K and V)
+  // as the start of a slot's K and of its V (an i8 cache: K's as the start of a group's K and V;
+  // an f16 or bf16 cache: K's as a line of a group's K part, and the same line of its V part)
   // (schedules/cpu_decode.cpp).
   Halide::ImageParam k_cache;
   Halide::ImageParam v_cache;

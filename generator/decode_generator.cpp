@@ -78,17 +78,19 @@ class Decode : public Generator<Decode> {
     in.q_len = *q_len;
     in.seq_q = q->dim(2).extent();
     in.heads_q = q->dim(1).extent();
-    // An i8 cache's k and v are (byte, group, hkv, b) views of its groups of slots
-    // (generator/kv_layout.h), whole groups of the slots the runtime gives.
+    // A grouped cache's (i8, f16, bf16) k and v are (element, group, hkv, b) views of its groups
+    // of slots (generator/kv_layout.h), whole groups of the slots the runtime gives.
     const bool i8 = v_.kv_dtype == attngen::DType::kI8;
-    in.slots = i8 ? k->dim(1).extent() * attngen::kI8SlotGroup : k->dim(1).extent();
+    const bool grouped = v_.kv_dtype != attngen::DType::kF32;
+    const int pack = attngen::group_pack(spec.kv_type.bytes());
+    in.slots = grouped ? k->dim(1).extent() * attngen::kSlotGroup : k->dim(1).extent();
     in.heads_kv = k->dim(2).extent();
     in.capacity = *capacity;
     in.window = *window;
     in.scale = *scale;
     in.split_keys = *split_keys;
     in.dqk = q->dim(0).extent();
-    in.dv = i8 ? v->dim(0).extent() / attngen::kI8SlotGroup : v->dim(0).extent();
+    in.dv = grouped ? v->dim(0).extent() / attngen::kSlotGroup : v->dim(0).extent();
     in.v_finite = *v_finite;
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
@@ -96,11 +98,13 @@ class Decode : public Generator<Decode> {
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
     // (A generic kernel's are run-time, at most the spec's.)
-    // An i8 cache's are those of its groups of slots (generator/kv_layout.h).
-    const int k_extent = i8 ? attngen::i8_group_k_bytes(spec.head_dim_qk) : spec.head_dim_qk;
-    const int v_extent = i8 ? spec.head_dim_v * attngen::kI8SlotGroup : spec.head_dim_v;
-    const int slot_stride = i8 ? attngen::i8_group_bytes(spec.head_dim_qk, spec.head_dim_v)
-                               : spec.head_dim_qk + spec.head_dim_v;
+    // A grouped cache's are those of its groups of slots (generator/kv_layout.h).
+    const int k_extent =
+        grouped ? attngen::group_k_elements(spec.head_dim_qk, pack) : spec.head_dim_qk;
+    const int v_extent = grouped ? spec.head_dim_v * attngen::kSlotGroup : spec.head_dim_v;
+    const int slot_stride = grouped
+                                ? attngen::group_elements(spec.head_dim_qk, spec.head_dim_v, pack)
+                                : spec.head_dim_qk + spec.head_dim_v;
     if (!spec.generic) {
       q->dim(0).set_bounds(0, spec.head_dim_qk);
       k->dim(0).set_bounds(0, k_extent);
@@ -112,7 +116,7 @@ class Decode : public Generator<Decode> {
 
     using E = attngen::Estimates;
     constexpr int kQueries = 1, kSlots = 4096, kKvHeads = 4;
-    const int slot_estimate = i8 ? kSlots / attngen::kI8SlotGroup : kSlots;
+    const int slot_estimate = grouped ? kSlots / attngen::kSlotGroup : kSlots;
     q->set_estimates({{0, spec.head_dim_qk}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
     k->set_estimates({{0, k_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     v->set_estimates({{0, v_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
@@ -137,12 +141,16 @@ class Decode : public Generator<Decode> {
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
-      // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) its V; an
-      // i8 cache's prefetch of K's box takes the whole group of slots, its K and its V (the
-      // storage layout).
+      // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) the
+      // slot's V; an i8 cache's prefetch of K's box takes the whole group of slots, its K and its
+      // V; an f16 or bf16 cache's a line of the group's K part and the line at the same place of
+      // its V part (the storage layout, schedules/cpu_decode.cpp).
       const int bytes = spec.kv_type.bytes();
       std::vector<attngen::PrefetchSpan> spans = {{k->name(), bytes, slot_stride * bytes}};
-      if (!i8) spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
+      if (grouped && !i8) spans = {{k->name(), bytes, 64, k_extent * bytes}};
+      if (!grouped) {
+        spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
+      }
       slot_prefetch_.reset(attngen::prefetch_lines_pass(spans));
     }
   }

@@ -7,8 +7,8 @@
 //  - One parallel task per (split, kv head, sequence) computes that split's partial state; its
 //    key blocks are visited in order (those no row attends skipped), and per block and tile of
 //    row_tile rows the scores, max, exps, sum and probs.V live in L1.
-//  - q.k vectorises over the head dim (an rfactor of the dot product): per key, each vector of
-//    K is loaded and converted to f32 in registers once and feeds one FMA per row of the tile
+//  - An f32 cache: q.k vectorises over the head dim (an rfactor of the dot product): per key,
+//    each vector of K is loaded once and feeds one FMA per row of the tile
 //    (row_tile accumulators of per-lane partial sums), and each (key, row) ends with one
 //    horizontal sum. At g = 4 on AVX-512 that is 8 FMAs + 1 horizontal sum per (key, row),
 //    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
@@ -38,6 +38,19 @@
 //    P.V alike, each 16-byte quarter of a V vector (4 elements x 4 keys) against the 4 keys'
 //    weights repeated (a 128-bit broadcast), an rfactor over the 4 keys: 0.93 of the time of
 //    session 29's kernel, the row-by-row layout with its horizontal sums (session 30).
+//  - An f16 or bf16 cache keeps K in groups of 16 slots with element d of the 16 slots side by
+//    side (generator/kv_layout.h), so the lanes are the keys: per 16 keys and element d one load
+//    of 16 halves, one conversion and one FMA per row against q[d] broadcast from memory, no
+//    horizontal sums, two FMA chains per row (an rfactor over alternate elements). Each of its
+//    iterations (one line of the group's K part) prefetches the line at the same place of the
+//    group 128 keys ahead, in its K part and in its V part, so that the prefetches are spread
+//    over the work; P.V prefetches nothing. Against the slot-by-slot layout (K then V of each
+//    slot, q.k prefetching each slot's K and P.V its V one block ahead, per key), session 32
+//    (2-core Zen 4 VM, B1 Hq32/Hkv8 D128, alternating runs): 0.79 of the time over a 32 MiB f16
+//    cache on 2 threads (6 rounds, 0.61-0.88), 0.79-0.80 over 8 MiB f16 and bf16 caches on one
+//    thread. The layout with the prefetches as before (q.k 64 lines of the group's K in one burst
+//    per group, P.V the group's V alike): 1.10x and 1.14x slower over 32 and 128 MiB caches,
+//    0.95-0.97 of the time over L3-resident ones (the horizontal sums gone).
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key
@@ -209,25 +222,25 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
                       .split(f.rd, rdo, rdq, kI8DotBytes)
                       .split(rdo, rdoo, rdoi, kI8DotChains)
                       .rfactor(rdoi, chain);
-    dot.vectorize(s, kI8SlotGroup).unroll(r, rows, round);
+    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
     dot.update()
-        .split(s, sg, si, kI8SlotGroup, TailStrategy::GuardWithIf)
+        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
         .reorder(si, rdoi, r, sg)
         .vectorize(si)
         .unroll(rdoi)
         .unroll(r, rows, round);
     dot_rf.compute_at(dot, sg).bound_storage(r, rows);
-    dot_rf.vectorize(s, kI8SlotGroup).unroll(chain).unroll(r);
+    dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
     dot_rf.update()
         .reorder(rdq, s, chain, r, rdoo)
         .atomic()
         .vectorize(rdq)
-        .vectorize(s, kI8SlotGroup)
+        .vectorize(s, kSlotGroup)
         .unroll(chain)
         .unroll(r);
     // The whole group (its K and its V) prefetch_slots keys (whole groups) ahead.
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kI8SlotGroup),
+      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
                             PrefetchBoundStrategy::NonFaulting);
     }
   } else if (spec.kv_type == Int(8)) {
@@ -237,12 +250,12 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // rfactor over the 4 elements (dq), summed per key at the end of the head dim.
     Var sg("sg"), dq("dq"), s4o("s4o"), s4i("s4i"), lane("lane");
     f.q_tiled.compute_at(state, sp)
-        .bound(f.q_tiled.args()[0], 0, kI8SlotGroup)
+        .bound(f.q_tiled.args()[0], 0, kSlotGroup)
         .vectorize(f.q_tiled.args()[0]);
     Func dot_rf = dot.update().split(f.rd, rdo, rdq, kI8DotBytes).rfactor(rdq, dq);
-    dot.vectorize(s, kI8SlotGroup).unroll(r, rows, round);
+    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
     dot.update()
-        .split(s, sg, si, kI8SlotGroup, TailStrategy::GuardWithIf)
+        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
         .reorder(si, rdq, r, sg)
         .vectorize(si)
         .unroll(rdq)
@@ -262,8 +275,38 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(r)
         .unroll(s4o);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kI8SlotGroup),
+      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
                             PrefetchBoundStrategy::NonFaulting);
+    }
+  } else if (spec.kv_type.bits() == 16) {
+    // An f16 or bf16 cache (grouped K, generator/kv_layout.h): the keys in the lanes. Per group
+    // of 16 keys and element d of the head dim one load of 16 halves, one conversion to f32
+    // and one FMA per row against q[d] broadcast, and no horizontal sums. The head dim's
+    // elements alternate between q_chains partial sums (an rfactor, dot_rf), so that each row
+    // has more than one FMA chain (latency 4) in flight where a group is one vector.
+    Var sg("sg"), chain("chain");
+    const int q_chains = kSlotGroup / lanes >= 2 ? 1 : 2;
+    Func dot_rf = dot.update().split(f.rd, rdoo, rdoi, q_chains).rfactor(rdoi, chain);
+    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
+    dot.update()
+        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
+        .reorder(si, rdoi, r, sg)
+        .vectorize(si)
+        .unroll(rdoi)
+        .unroll(r, rows, round);
+    dot_rf.compute_at(dot, sg).bound_storage(r, rows);
+    dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
+    dot_rf.update().reorder(s, chain, r, rdoo).vectorize(s, kSlotGroup).unroll(chain).unroll(r);
+    // The group prefetch_slots keys (whole groups) ahead, K and V, a line at a time: each
+    // iteration over the head dim, which reads one line of this group's K part, prefetches the
+    // line at the same place in that group's K part and in its V part. (Halide's box of K for
+    // an iteration that many iterations on, left as it is (NonFaulting): the groups follow one
+    // another, k_cache's dim 1 apart.)
+    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+      const int per_iteration = q_chains * kSlotGroup;  // K's elements an iteration reads
+      const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
+      const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
+      dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   } else {
     Stage dot_split = dot.update().split(f.rd, rdo, rdi, qk_lanes);
@@ -379,8 +422,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(vi)
         .unroll(vp)
         .unroll(pi);
-    // The slot's V prefetch_slots keys ahead of P.V (as q.k does its K).
-    if (t.prefetch_slots > 0 && f.v_cache.defined()) {
+    // The slot's V prefetch_slots keys ahead of P.V (as q.k does its K; a 16-bit cache's q.k
+    // prefetches V too, above).
+    if (t.prefetch_slots > 0 && f.v_cache.defined() && spec.kv_type.bits() != 16) {
       pv.update().prefetch(f.v_cache, f.rk, f.rk, t.prefetch_slots,
                            PrefetchBoundStrategy::NonFaulting);
     }

@@ -58,9 +58,12 @@ class PrefetchLines : public IRMutator {
     const Expr offset =
         cast<int64_t>(c->args[1]) * span->element_bytes + cast<int64_t>(line) * kLineBytes;
     const int lines = (span->bytes + kLineBytes - 1) / kLineBytes;
-    return For::make(
-        line.name(), 0, lines, ForType::Serial, DeviceAPI::None,
-        Evaluate::make(Call::make(Int(32), kPrefetchL2, {c->args[0], offset}, Call::Extern)));
+    const auto prefetch = [&](const Expr& at) {
+      return Evaluate::make(Call::make(Int(32), kPrefetchL2, {c->args[0], at}, Call::Extern));
+    };
+    Stmt body = prefetch(offset);
+    if (span->again_at > 0) body = Block::make(body, prefetch(offset + span->again_at));
+    return For::make(line.name(), 0, lines, ForType::Serial, DeviceAPI::None, body);
   }
 
   std::vector<PrefetchSpan> spans_;

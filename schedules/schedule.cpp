@@ -319,7 +319,7 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
   // ARM, where the hardware's prefetchers are left alone.
   if (t.prefetch_slots < 0) {
     const bool x86 = target.arch == Halide::Target::X86 && info.isa != Isa::kCuda;
-    t.prefetch_slots = !x86 ? 0 : spec.kv_type == Halide::Int(8) ? kI8SlotGroup : spec.key_block;
+    t.prefetch_slots = !x86 ? 0 : spec.kv_type == Halide::Int(8) ? kSlotGroup : spec.key_block;
   }
   return t;
 }

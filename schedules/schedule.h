@@ -106,6 +106,7 @@ struct PrefetchSpan {
   std::string buffer;
   int element_bytes = 4;
   int bytes = 0;
+  int again_at = 0;  // > 0: the same span again, this many bytes after the first
 };
 Halide::Internal::IRMutator* prefetch_lines_pass(const std::vector<PrefetchSpan>& spans);
 

@@ -805,14 +805,16 @@ TEST(DecodeCacheDtype, I8QuantisationError) {
   EXPECT_LE(worst_abs, kI8MaxAbs);
 }
 
-// The documented storage (attngen.h): K/V in the cache's dtype at
-// ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements; an I8 cache's in
-// groups of 16 slots (capacity rounded up to G groups, K's head dim to Dqk4 = a multiple of 4),
-// K's byte d of slot s at ((layer * B + b) * Hkv + h) * G * group + (s / 16) * group + (d / 4) * 64
-// + (s % 16) * 4 + d % 4, V's at the group's 16 * Dqk4 + (s % 16 / 4) * Dv * 4 + d * 4 + s % 4,
-// group = 16 * (Dqk4 + Dv) bytes, and its scales after all layers (64-byte aligned) at (((layer * B
-// + b) * Hkv + h) * 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised
-// per (slot, kv head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
+// The documented storage (attngen.h): an F32 cache's K/V at
+// ((((layer * B + b) * Hkv + h) * capacity + slot) * (Dqk + Dv) + d) elements; the others' in
+// groups of 16 slots (capacity rounded up to G groups). An F16 or BF16 cache's group is 16 * (Dqk
+// + Dv) elements, K's element d of slot s at ((layer * B + b) * Hkv + h) * G * group + (s / 16) *
+// group + d * 16 + s % 16, V's at the group's 16 * Dqk + (s % 16) * Dv + d. An I8 cache's (K's
+// head dim rounded up to Dqk4 = a multiple of 4) is 16 * (Dqk4 + Dv) bytes, K's byte d of slot s
+// at the group's (d / 4) * 64 + (s % 16) * 4 + d % 4, V's at 16 * Dqk4 + (s % 16 / 4) * Dv * 4 +
+// d * 4 + s % 4, and its scales after all layers (64-byte aligned) at (((layer * B + b) * Hkv +
+// h) * 16 * G + slot) * 2 floats; f16 and bf16 rounded to nearest even, i8 quantised per (slot,
+// kv head), from F32, F16 and BF16 inputs. The appended slots cross a group's end.
 TEST(KvCacheStorage, LayoutAndConversions) {
   const int64_t L = 2, B = 2, H = 3, Dqk = 5, Dv = 3, C = 18, t = 17, layer = 1;
   const int64_t G = (C + 15) / 16, Dqk4 = (Dqk + 3) / 4 * 4, group = 16 * (Dqk4 + Dv);
@@ -836,9 +838,10 @@ TEST(KvCacheStorage, LayoutAndConversions) {
       o.capacity = C;
       o.dtype = dtype;
       const size_t esize = dtype == ATTNGEN_F32 ? 4 : dtype == ATTNGEN_I8 ? 1 : 2;
-      const bool i8 = dtype == ATTNGEN_I8;
-      const size_t kv_bytes =
-          i8 ? size_t{L * B * H * G * group} : size_t{L * B * H * C * (Dqk + Dv)} * esize;
+      const bool i8 = dtype == ATTNGEN_I8, grouped = dtype != ATTNGEN_F32;
+      const int64_t group_bytes = i8 ? group : 16 * (Dqk + Dv) * static_cast<int64_t>(esize);
+      const size_t kv_bytes = grouped ? static_cast<size_t>(L * B * H * G * group_bytes)
+                                      : size_t{L * B * H * C * (Dqk + Dv)} * esize;
       const size_t scales_at = (kv_bytes + 63) / 64 * 64;
       size_t bytes = 0;
       ASSERT_EQ(attngen_kv_cache_storage_size(&o, &bytes), ATTNGEN_OK) << attngen_last_error();
@@ -880,11 +883,15 @@ TEST(KvCacheStorage, LayoutAndConversions) {
           for (int64_t h = 0; h < H; ++h) {
             const int64_t head = (layer * B + b) * H + h, row = head * C + i;
             const int64_t scale_row = head * G * 16 + i;
-            const uint8_t* group_at = base + (head * G + i / 16) * group;
+            const uint8_t* group_at = base + (head * G + i / 16) * group_bytes;
             for (int part = 0; part < 2; ++part) {
               const Storage& src = part == 0 ? k : v;
               const int64_t n = part == 0 ? Dqk : Dv;
               const uint8_t* at = base + (row * (Dqk + Dv) + (part == 0 ? 0 : Dqk)) * esize;
+              // An F16 or BF16 cache's element d of this slot.
+              const auto half_at = [&](int64_t d) {
+                return group_at + 2 * (part == 0 ? d * 16 + i % 16 : 16 * Dqk + (i % 16) * Dv + d);
+              };
               // An I8 cache's element d of this slot (K's pad bytes past Dqk stay zero).
               const auto i8_at = [&](int64_t d) {
                 return part == 0 ? group_at + (d / 4) * 64 + (i % 16) * 4 + d % 4
@@ -918,7 +925,7 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                   if (amax > 0 && std::abs(x[d]) == amax) EXPECT_EQ(std::abs(q), 127);
                 } else {
                   uint16_t got;
-                  std::memcpy(&got, at + 2 * d, 2);
+                  std::memcpy(&got, half_at(d), 2);
                   const uint16_t want = dtype == ATTNGEN_F16 ? kv::f16_bits(kv::round_f16(x[d]))
                                                              : kv::bf16_bits(kv::round_bf16(x[d]));
                   EXPECT_EQ(got, want);

@@ -1,6 +1,7 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
-// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in the cache's dtype; an
-// I8 cache's in groups of 16 slots, generator/kv_layout.h, and its scales after all layers),
+// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in an F32 cache; an I8,
+// F16 or BF16 cache's in groups of 16 slots, generator/kv_layout.h, and an I8 cache's scales
+// after all layers),
 // lengths per used layer and sequence, appends (converting from F32, F16 or BF16) with full
 // validation before anything is written.
 #include "runtime/src/kv_cache.h"
@@ -57,19 +58,32 @@ int64_t& length_of(attngen_kv_cache& cache, int64_t layer, int64_t b) {
 }
 
 bool is_i8(const attngen_kv_cache_options& o) { return o.dtype == ATTNGEN_I8; }
+// Every cache but an F32 one keeps its slots in groups (generator/kv_layout.h).
+bool is_grouped(const attngen_kv_cache_options& o) { return o.dtype != ATTNGEN_F32; }
 int64_t element_bytes(const attngen_kv_cache_options& o) {
   return static_cast<int64_t>(dtype_size(o.dtype));
 }
-// Slots stored per (layer, sequence, kv head): the capacity, an I8 cache's rounded up to whole
-// groups of slots (generator/kv_layout.h).
+// Adjacent elements per lane of a grouped cache's K part (kv_layout.h).
+int pack_of(const attngen_kv_cache_options& o) {
+  return group_pack(static_cast<int>(element_bytes(o)));
+}
+// Slots stored per (layer, sequence, kv head): the capacity, a grouped cache's rounded up to
+// whole groups of slots.
 int64_t stored_slots(const attngen_kv_cache_options& o) {
-  return is_i8(o) ? i8_padded_slots(o.capacity) : o.capacity;
+  return is_grouped(o) ? padded_slots(o.capacity) : o.capacity;
+}
+// Elements of a group's K part, and of a whole group (grouped caches).
+int64_t group_k_of(const attngen_kv_cache_options& o) {
+  return group_k_elements(o.head_dim_qk, pack_of(o));
+}
+int64_t group_of(const attngen_kv_cache_options& o) {
+  return group_elements(o.head_dim_qk, o.head_dim_v, pack_of(o));
 }
 // Bytes of one slot (K then V; an I8 cache's K with its head dim rounded up to 4 bytes) and of
 // one layer.
 int64_t slot_bytes(const attngen_kv_cache_options& o) {
-  return is_i8(o) ? i8_group_bytes(o.head_dim_qk, o.head_dim_v) / kI8SlotGroup
-                  : (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
+  return is_grouped(o) ? group_of(o) * element_bytes(o) / kSlotGroup
+                       : (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
 }
 int64_t layer_bytes(const attngen_kv_cache_options& o) {
   return o.batch * o.heads_kv * stored_slots(o) * slot_bytes(o);
@@ -145,8 +159,8 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   // A kernel addresses one layer of the cache (and an I8 cache's scales of one layer) as one
   // buffer of at most 2^31 - 1 bytes. Every factor is below 2^31, so the product is checked
   // step by step.
-  // (An I8 cache's head dim of K is rounded up to 4 bytes and its capacity to whole groups of
-  // 16 slots: both stay below 2^31 + 16.)
+  // (An I8 cache's head dim of K is rounded up to 4 bytes, and a grouped cache's capacity to
+  // whole groups of 16 slots: both stay below 2^31 + 16.)
   const bool i8 = is_i8(o);
   for (int64_t last : {slot_bytes(o), i8 ? int64_t{8} : int64_t{1}}) {
     int64_t n = o.batch;
@@ -341,21 +355,36 @@ bool stored_row_nonfinite(const uint8_t* row, attngen_dtype dtype, int64_t n, fl
 }  // namespace
 
 size_t append_scratch_floats(const attngen_kv_cache& cache) {
-  // A row as floats, and an I8 cache's quantised K or V row (in floats' room) before it is
-  // spread over its group.
+  // A row as floats, and a grouped cache's K row (an I8 cache's V row too) as stored, before it
+  // is spread over its group (in floats' room: a quarter of the row for I8, half for 16 bits).
   const attngen_kv_cache_options& o = cache.options;
   const int64_t row = std::max(o.head_dim_qk, o.head_dim_v);
-  return static_cast<size_t>(row + (is_i8(o) ? (row + 3) / 4 : 0));
+  const int64_t per_float = 4 / element_bytes(o);
+  return static_cast<size_t>(row + (is_grouped(o) ? (row + per_float - 1) / per_float : 0));
 }
+
+namespace {
+
+// A row of n elements of esize bytes, as stored at `row`, into its places in a group.
+template <typename Offset>
+void spread_row(const uint8_t* row, int64_t n, int64_t esize, uint8_t* group,
+                const Offset& offset) {
+  for (int64_t d = 0; d < n; ++d) {
+    std::memcpy(group + offset(d) * esize, row + d * esize, static_cast<size_t>(esize));
+  }
+}
+
+}  // namespace
 
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const int32_t* counts, float* tmp) {
   const attngen_kv_cache_options& o = cache.options;
-  const bool i8 = is_i8(o);
+  const bool i8 = is_i8(o), grouped = is_grouped(o);
+  const int pack = pack_of(o);
   const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
-  const int64_t group_k = i8_group_k_bytes(o.head_dim_qk);
+  const int64_t group_k = group_k_of(o), dv = o.head_dim_v;
   const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
-  auto* row_i8 = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
+  auto* row_stored = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[b]; ++i) {
@@ -366,27 +395,32 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
                             (b * k.strides[0] + i * k.strides[1] + h * k.strides[2]) * k_size;
         const auto* v_row = static_cast<const uint8_t*>(v.data) +
                             (b * v.strides[0] + i * v.strides[1] + h * v.strides[2]) * v_size;
-        // Where the slot's K and V go: one after the other, or in an I8 cache's group
-        // (generator/kv_layout.h), K and V each spread over the group's part.
+        // Where the slot's K and V go: one after the other, or in a grouped cache's group
+        // (generator/kv_layout.h), K spread over the group's K part, and V over its V part (I8)
+        // or as a row of it (16-bit elements: one lane a slot).
         uint8_t* k_data = cache.data + row * width;
         uint8_t* v_data = k_data + o.head_dim_qk * esize;
-        const int64_t j = slot % kI8SlotGroup;
+        const int64_t j = slot % kSlotGroup;
         uint8_t* group = cache.data + (row - j) * width;
-        if (i8) k_data = v_data = row_i8;
-        const float k_scale = store_row(k_row, k.dtype, o.head_dim_qk, o.dtype, k_data, tmp);
-        if (i8) {
-          for (int64_t d = 0; d < o.head_dim_qk; ++d) group[i8_k_offset(d, j)] = row_i8[d];
+        if (grouped) {
+          k_data = row_stored;
+          v_data =
+              i8 ? row_stored : group + (group_k + group_v_offset<int64_t>(0, j, dv, pack)) * esize;
         }
-        const float v_scale = store_row(v_row, v.dtype, o.head_dim_v, o.dtype, v_data, tmp);
+        const float k_scale = store_row(k_row, k.dtype, o.head_dim_qk, o.dtype, k_data, tmp);
+        if (grouped) {
+          spread_row(k_data, o.head_dim_qk, esize, group,
+                     [&](int64_t d) { return group_k_offset<int64_t>(d, j, pack); });
+        }
+        const float v_scale = store_row(v_row, v.dtype, dv, o.dtype, v_data, tmp);
         if (i8) {
-          for (int64_t d = 0; d < o.head_dim_v; ++d) {
-            group[group_k + i8_v_offset(d, j, o.head_dim_v)] = row_i8[d];
-          }
+          spread_row(v_data, dv, esize, group,
+                     [&](int64_t d) { return group_k + group_v_offset<int64_t>(d, j, dv, pack); });
           cache.scales[2 * row] = k_scale;
           cache.scales[2 * row + 1] = v_scale;
         }
         if (!cache.v_nonfinite) {
-          cache.v_nonfinite = stored_row_nonfinite(v_data, o.dtype, o.head_dim_v, v_scale);
+          cache.v_nonfinite = stored_row_nonfinite(v_data, o.dtype, dv, v_scale);
         }
       }
     }
@@ -398,14 +432,13 @@ attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool va
                            int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
   uint8_t* first = cache.data + layer * layer_bytes(o);
-  if (is_i8(o)) {  // [B, Hkv, groups, bytes of the group's K or V part] (kv_layout.h)
-    const int64_t group_k = i8_group_k_bytes(o.head_dim_qk);
-    const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kI8SlotGroup,
-                              slot_bytes(o) * kI8SlotGroup};
-    attngen_tensor t =
-        attngen_tensor_contiguous(first + (values ? group_k : 0), ATTNGEN_I8, 4, shape);
-    t.shape[2] = (slots + kI8SlotGroup - 1) / kI8SlotGroup;
-    t.shape[3] = values ? o.head_dim_v * kI8SlotGroup : group_k;
+  if (is_grouped(o)) {  // [B, Hkv, groups, elements of the group's K or V part] (kv_layout.h)
+    const int64_t group_k = group_k_of(o);
+    const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kSlotGroup, group_of(o)};
+    attngen_tensor t = attngen_tensor_contiguous(first + (values ? group_k * element_bytes(o) : 0),
+                                                 o.dtype, 4, shape);
+    t.shape[2] = (slots + kSlotGroup - 1) / kSlotGroup;
+    t.shape[3] = values ? o.head_dim_v * kSlotGroup : group_k;
     return t;
   }
   const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v};
@@ -421,7 +454,7 @@ attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_
   const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o), 2};
   attngen_tensor t =
       attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
-  t.shape[2] = std::min(i8_padded_slots(slots), stored_slots(o));  // whole groups
+  t.shape[2] = std::min(padded_slots(slots), stored_slots(o));  // whole groups
   return t;
 }
 

@@ -10,8 +10,8 @@
 
 struct attngen_kv_cache {
   attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
-  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot; an I8 cache's slots in
-  // groups of 16 (generator/kv_layout.h), the capacity rounded up to whole groups
+  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot; an I8, F16 or BF16
+  // cache's slots in groups of 16 (generator/kv_layout.h), the capacity rounded up to whole groups
   uint8_t* data = nullptr;
   float* scales = nullptr;  // I8 only: [layers, B, Hkv, 16 * groups, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache

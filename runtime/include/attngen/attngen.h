@@ -190,12 +190,20 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
  * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
  * so far (docs/semantics.md, "Incremental decoding"), in its dtype: F32, F16, BF16 (rounded to
  * nearest even by the append) or I8 (symmetric quantisation, one F32 scale per slot and kv head
- * for K and one for V). Its storage layout is what the decode kernels read, in that dtype: F32,
- * F16 and BF16 per layer [B, Hkv, capacity, Dqk + Dv] elements, densely packed, layers one
- * after the other, each slot holding its K (Dqk elements) and then its V (Dv elements), so
- * that attending streams through one contiguous range per kv head (I8: below):
+ * for K and one for V). Its storage layout is what the decode kernels read, in that dtype: F32
+ * per layer [B, Hkv, capacity, Dqk + Dv] elements, densely packed, layers one after the other,
+ * each slot holding its K (Dqk elements) and then its V (Dv elements), so that attending
+ * streams through one contiguous range per kv head (F16, BF16 and I8: below):
  *   K[d] of (layer, b, h, s) at element ((((layer * B + b) * Hkv + h) * capacity + s) * (Dqk +
  *   Dv) + d, V[d] at the same element + Dqk.
+ * An F16 or BF16 cache keeps each kv head's slots in groups of 16 (its capacity rounded up to
+ * G = ceil(capacity / 16) groups), each group 16 * (Dqk + Dv) elements: first K of its 16 slots
+ * as [Dqk][16] (element d of the 16 slots side by side: a vector whose lanes are keys, so that
+ * q.k needs no horizontal sum per key), then V of its 16 slots as [16][Dv] (each slot's V in a
+ * row). With n = (layer * B + b) * Hkv + h and g = (n * G + s / 16) * 16 * (Dqk + Dv) the
+ * group's first element:
+ *   K[d] of slot s at element g + d * 16 + s % 16, V[d] at element g + 16 * Dqk + (s % 16) * Dv
+ *   + d.
  * An I8 cache keeps each kv head's slots in groups of 16 (its capacity rounded up to G = ceil(
  * capacity / 16) groups; Dqk4 = Dqk rounded up to a multiple of 4), each group 16 * (Dqk4 + Dv)
  * bytes: first K of its 16 slots as [Dqk4 / 4][16][4] (4 adjacent elements of the head dim of

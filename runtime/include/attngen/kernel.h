@@ -36,10 +36,10 @@ typedef enum attngen_mask_tensor_kind {
  *            [n / panel, e, n % panel] the weight of output feature n and input feature e,
  *            rows past N zero, panel = the kernel's weight_panel; the biases in the kernel's
  *            dtype, as given)
- * decode:    q, k, v (one layer of a KV cache: [B, Hkv, slots, D] views whose slots are Dqk + Dv
- *            apart, K and V interleaved, of the cache's dtype; an I8 cache's [B, Hkv, groups,
- *            bytes of a group's K or V part] views of its groups of 16 slots, attngen.h, with
- *            the slots given rounded up to whole groups), kv_len, q_len,
+ * decode:    q, k, v (one layer of a KV cache: an F32 cache's [B, Hkv, slots, D] views whose
+ *            slots are Dqk + Dv apart, K and V interleaved; an I8, F16 or BF16 cache's [B, Hkv,
+ *            groups, elements of a group's K or V part] views of its groups of 16 slots in its
+ *            dtype, attngen.h, with the slots given rounded up to whole groups), kv_len, q_len,
  *            capacity, window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
@@ -69,10 +69,11 @@ typedef struct attngen_kernel_args {
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
- * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales). A
+ * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales; 7: an F16
+ * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h). A
  * descriptor carries the version and the struct size of the build that wrote it; the runtime
  * refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 6
+#define ATTNGEN_KERNEL_ABI_VERSION 7
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
