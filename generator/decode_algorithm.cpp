@@ -133,7 +133,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // compute whole blocks past the end, and never reads a slot that was not written (whose
   // garbage, NaN say, would turn the 0 * v of a masked key into NaN).
   const Expr len = in.kv_len(b);
-  const Expr slot = clamp(s, 0, clamp(Halide::min(len, in.slots), 1, in.slots) - 1);
+  const Expr last_slot = clamp(Halide::min(len, in.slots), 1, in.slots) - 1;
+  const Expr slot = clamp(s, 0, last_slot);
   // As stored first (inline unless a schedule copies a block of slots), then as f32.
   const bool quantised = spec.kv_type == Int(8);
   const bool grouped = spec.kv_type != Float(32);  // generator/kv_layout.h
@@ -162,8 +163,12 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
                                         s / kI8DotBytes / (kSlotGroup / kI8DotBytes), hk, b);
   } else if (grouped) {
     f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
-    f.v_stored(d, s, hk, b) =
-        in.v(group_v_offset(dv, slot, dv_stored, pack), slot / kSlotGroup, hk, b);
+    // V by (slot of the group, group), the group clamped to the last one filled (P.V below).
+    const Var j("j"), g("g");
+    f.v_rows = Func("v_rows");
+    f.v_rows(d, j, g, hk, b) = in.v(group_v_offset(dv, Expr(j), dv_stored, pack),
+                                    clamp(g, 0, last_slot / kSlotGroup), hk, b);
+    f.v_stored(d, s, hk, b) = f.v_rows(d, s % kSlotGroup, s / kSlotGroup, hk, b);
   } else {
     f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
     f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
@@ -274,6 +279,22 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_pv = stats.block_pv;
   if (quantised && block % kSlotGroup == 0) {
     define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot);
+  }
+  // An f16 or bf16 cache: P.V with the block's keys taken as (group of the block, slot of the
+  // group), so that a key's V, a row of its group's V part, is indexed without a division of the
+  // key: bounds inference then finds one key's V as the box of a schedule's prefetch of it (of
+  // `s % 16` it takes the whole group). The slots of the last filled group past the filled ones
+  // are read as well: they hold zeros or what earlier appends left, finite where v_finite holds
+  // (the cache tracks every append), and pv_term masks them by their weights, 0, otherwise.
+  if (grouped && !quantised && block % kSlotGroup == 0) {
+    f.rgroup = RDom(0, block / kSlotGroup, 0, kSlotGroup, "rgroup");
+    const Expr key = kb * block + f.rgroup.x * kSlotGroup + f.rgroup.y;
+    const Expr value = pad(
+        in.dv, cached_as_f32(f.v_rows(d, f.rgroup.y, kb * (block / kSlotGroup) + f.rgroup.x, hk, b),
+                             spec));
+    f.block_pv = Func("block_pv_grouped");
+    f.block_pv(d, kb, r, hk, b) = 0.0f;
+    f.block_pv(d, kb, r, hk, b) += pv_term(f.probs(key, r, hk, b), value, in.v_finite);
   }
 
   // Split sp folds its blocks in order into a running (acc, max, sum) with attention's online

@@ -105,14 +105,18 @@ struct DecodeFuncs {
   Halide::Func pv_max, pv_unit, pv_fixed, pv_limb, block_pv_i32;
   Halide::Func v_bytes;  // an i8 cache: (byte, group, hk, b) V's part of a group, group clamped
   Halide::RDom rquad;    // an i8 cache's P.V: a key block's keys as (quad, key of the quad)
-  Halide::Func visit;    // (kb, b) whether block kb may hold a key some row attends
-  Halide::Func state;    // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
-  Halide::Func max;      // (r, hk, b) over the splits
-  Halide::Func weight;   // (sp, r, hk, b) exp(split max - max), 0 for an empty split
-  Halide::Func sum;      // (r, hk, b)
-  Halide::Func acc;      // (d, r, hk, b)
-  Halide::Func out;      // (d, h, i, b) normalised, 0 for rows that attend nothing
-  Halide::Expr rows;     // g * seq_q: extent of r
+  // An f16 or bf16 cache: (d, j, g, hk, b) V of slot j of group g (the group clamped to the last
+  // filled one), as stored; its P.V's keys of a block as (group of the block, slot of the group).
+  Halide::Func v_rows;
+  Halide::RDom rgroup;
+  Halide::Func visit;             // (kb, b) whether block kb may hold a key some row attends
+  Halide::Func state;             // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
+  Halide::Func max;               // (r, hk, b) over the splits
+  Halide::Func weight;            // (sp, r, hk, b) exp(split max - max), 0 for an empty split
+  Halide::Func sum;               // (r, hk, b)
+  Halide::Func acc;               // (d, r, hk, b)
+  Halide::Func out;               // (d, h, i, b) normalised, 0 for rows that attend nothing
+  Halide::Expr rows;              // g * seq_q: extent of r
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on

@@ -147,7 +147,10 @@ class Decode : public Generator<Decode> {
       // its V part (the storage layout, schedules/cpu_decode.cpp).
       const int bytes = spec.kv_type.bytes();
       std::vector<attngen::PrefetchSpan> spans = {{k->name(), bytes, slot_stride * bytes}};
-      if (grouped && !i8) spans = {{k->name(), bytes, 64, k_extent * bytes}};
+      const int line = attngen::decode_line_bytes(spec, attngen::target_info(get_target()));
+      if (spec.int8_dot) spans = {{k->name(), bytes, line, k_extent * bytes}};
+      if (grouped && !i8)
+        spans = {{k->name(), bytes, line}, {v->name(), bytes, spec.head_dim_v * bytes}};
       if (!grouped) {
         spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
       }

@@ -142,7 +142,19 @@ int divisor_at_most(int n, int limit) {
   return 1;
 }
 
+// VNNI i8 q.k: partial sums per row over alternate 4-byte groups of the head dim (below).
+constexpr int kI8DotChains = 2;
+
+// 16-bit q.k: partial sums per row over alternate elements of the head dim where a group of
+// 16 keys is one vector (more than one FMA chain in flight per row).
+int half_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 2 ? 1 : 2; }
+
 }  // namespace
+
+int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info) {
+  if (spec.int8_dot) return kI8DotChains * kI8DotBytes * kSlotGroup;
+  return half_chains(info) * kSlotGroup * spec.kv_type.bytes();
+}
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t) {
@@ -204,6 +216,33 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // (a 256-bit vector made LLVM's sapphirerapids CPU emit AVX-VNNI's VEX form, which Zen 4 lacks).
   RVar rdo("rdo"), rdi("rdi"), rdoo("rdoo"), rdoi("rdoi"), rdq("rdq");
   Func dot = per_tile(f.dot);
+  // q.k with the keys in the lanes (a grouped cache's K: the VNNI i8 and the 16-bit kernels):
+  // dot_rf, an rfactor of dot over `chain` (alternate parts of the head dim, rdoi), is computed
+  // per group of 16 keys (sg) and summed into dot there. Its update's loop over the rest of the
+  // head dim (rdoo), each iteration reading `per_iteration` elements of the group's K part,
+  // prefetches the group prefetch_slots keys (whole groups) ahead, K and V, a line at a time:
+  // each iteration the lines at the same place of that group's K part and of its V part
+  // (Halide's box of K for an iteration that many iterations on, left as it is (NonFaulting):
+  // the groups follow one another, k_cache's dim 1 apart; the generator's prefetch span takes
+  // the V part's line too). Spread over the work so, instead of 64 lines of a group in one burst
+  // per group: 0.79 of the time over f16 caches (the comment above).
+  Var sg("sg"), chain("chain");
+  const auto keys_in_lanes = [&](Func dot_rf, int per_iteration) {
+    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
+    dot.update()
+        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
+        .reorder(si, rdoi, r, sg)
+        .vectorize(si)
+        .unroll(rdoi)
+        .unroll(r, rows, round);
+    dot_rf.compute_at(dot, sg).bound_storage(r, rows);
+    dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
+    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
+      const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
+      const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
+      dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
+    }
+  };
   if (spec.int8_dot) {
     // The row's quantised q, its scale and sum, once per task.
     for (Func g : {f.q_amax, f.q_scale, f.q_sum}) g.compute_at(state, sp);
@@ -215,22 +254,10 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // groups alternate between two partial sums (an rfactor over kI8DotChains, dot_rf), so
     // that each row has two chains of vpdpbusd (latency 4) in flight instead of one of Dqk / 4:
     // 0.98 of the time (session 31, 6 alternating rounds; 4 chains 0.98 too).
-    Var sg("sg"), chain("chain");
-    RVar rdoo("rdoo"), rdoi("rdoi");
-    constexpr int kI8DotChains = 2;
     Func dot_rf = dot.update()
                       .split(f.rd, rdo, rdq, kI8DotBytes)
                       .split(rdo, rdoo, rdoi, kI8DotChains)
                       .rfactor(rdoi, chain);
-    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
-    dot.update()
-        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
-        .reorder(si, rdoi, r, sg)
-        .vectorize(si)
-        .unroll(rdoi)
-        .unroll(r, rows, round);
-    dot_rf.compute_at(dot, sg).bound_storage(r, rows);
-    dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
     dot_rf.update()
         .reorder(rdq, s, chain, r, rdoo)
         .atomic()
@@ -238,11 +265,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(s, kSlotGroup)
         .unroll(chain)
         .unroll(r);
-    // The whole group (its K and its V) prefetch_slots keys (whole groups) ahead.
-    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
-                            PrefetchBoundStrategy::NonFaulting);
-    }
+    keys_in_lanes(dot_rf, kI8DotChains * kI8DotBytes * kSlotGroup);
   } else if (spec.kv_type == Int(8)) {
     // An i8 cache without integer dot products: each 16-byte quarter of a K vector (4 keys x 4
     // adjacent elements of the head dim, generator/kv_layout.h) widened to 16 f32 lanes and
@@ -284,30 +307,10 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // and one FMA per row against q[d] broadcast, and no horizontal sums. The head dim's
     // elements alternate between q_chains partial sums (an rfactor, dot_rf), so that each row
     // has more than one FMA chain (latency 4) in flight where a group is one vector.
-    Var sg("sg"), chain("chain");
-    const int q_chains = kSlotGroup / lanes >= 2 ? 1 : 2;
+    const int q_chains = half_chains(info);
     Func dot_rf = dot.update().split(f.rd, rdoo, rdoi, q_chains).rfactor(rdoi, chain);
-    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
-    dot.update()
-        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
-        .reorder(si, rdoi, r, sg)
-        .vectorize(si)
-        .unroll(rdoi)
-        .unroll(r, rows, round);
-    dot_rf.compute_at(dot, sg).bound_storage(r, rows);
-    dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
     dot_rf.update().reorder(s, chain, r, rdoo).vectorize(s, kSlotGroup).unroll(chain).unroll(r);
-    // The group prefetch_slots keys (whole groups) ahead, K and V, a line at a time: each
-    // iteration over the head dim, which reads one line of this group's K part, prefetches the
-    // line at the same place in that group's K part and in its V part. (Halide's box of K for
-    // an iteration that many iterations on, left as it is (NonFaulting): the groups follow one
-    // another, k_cache's dim 1 apart.)
-    if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      const int per_iteration = q_chains * kSlotGroup;  // K's elements an iteration reads
-      const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
-      const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
-      dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
-    }
+    keys_in_lanes(dot_rf, q_chains * kSlotGroup);
   } else {
     Stage dot_split = dot.update().split(f.rd, rdo, rdi, qk_lanes);
     Func dot_rf = dot_split.rfactor(rdi, u);
@@ -413,6 +416,22 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(d4)
         .unroll(dcp)
         .unroll(r, rows, round);
+  } else if (f.rgroup.defined()) {
+    // An f16 or bf16 cache: as below, the keys as (group, slot of the group), each key's V
+    // prefetched prefetch_slots keys (whole groups) ahead.
+    const RVar rg = f.rgroup.x, rj = f.rgroup.y;
+    pv.update()
+        .split(r, po, pi, t.pv_rows, round)
+        .split(d, vo, vi, dv_lanes, dv_tail)
+        .split(vo, vt, vp, pv_vectors)
+        .reorder(vi, vp, pi, rj, rg, vt, po)
+        .vectorize(vi)
+        .unroll(vp)
+        .unroll(pi);
+    if (t.prefetch_slots > 0 && f.v_cache.defined()) {
+      pv.update().prefetch(f.v_cache, rj, rg, std::max(1, t.prefetch_slots / kSlotGroup),
+                           PrefetchBoundStrategy::NonFaulting);
+    }
   } else {
     pv.update()
         .split(r, po, pi, t.pv_rows, round)
@@ -424,7 +443,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(pi);
     // The slot's V prefetch_slots keys ahead of P.V (as q.k does its K; a 16-bit cache's q.k
     // prefetches V too, above).
-    if (t.prefetch_slots > 0 && f.v_cache.defined() && spec.kv_type.bits() != 16) {
+    if (t.prefetch_slots > 0 && f.v_cache.defined()) {
       pv.update().prefetch(f.v_cache, f.rk, f.rk, t.prefetch_slots,
                            PrefetchBoundStrategy::NonFaulting);
     }

@@ -112,6 +112,10 @@ Halide::Internal::IRMutator* prefetch_lines_pass(const std::vector<PrefetchSpan>
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t);
+// Bytes of a grouped cache's K part (generator/kv_layout.h) that one iteration of the decode's
+// q.k reads on a SIMD CPU (schedules/cpu_decode.cpp): the span of each of its prefetches of K
+// and of V.
+int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info);
 void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info);
 void schedule_decode_generic(DecodeFuncs f, const TargetInfo& info);
 
