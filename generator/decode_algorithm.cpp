@@ -286,7 +286,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // `s % 16` it takes the whole group). The slots of the last filled group past the filled ones
   // are read as well: they hold zeros or what earlier appends left, finite where v_finite holds
   // (the cache tracks every append), and pv_term masks them by their weights, 0, otherwise.
-  if (grouped && !quantised && block % kSlotGroup == 0) {
+  if (spec.pv_by_group && grouped && !quantised && block % kSlotGroup == 0) {
     f.rgroup = RDom(0, block / kSlotGroup, 0, kSlotGroup, "rgroup");
     const Expr key = kb * block + f.rgroup.x * kSlotGroup + f.rgroup.y;
     const Expr value = pad(

@@ -49,6 +49,10 @@ struct DecodeSpec {
   // quantised to i8 with one f32 scale per row (max|q| / 127), and K's i8 elements are offset
   // by 128 into u8 (the u8 x i8 products vpdpbusd takes), the row's sum times 128 taken off.
   bool int8_dot = false;
+  // An f16 or bf16 cache's P.V takes a block's keys as (group, slot of the group)
+  // (decode_algorithm.cpp): the CPU schedules, whose prefetch of a key's V needs it; the CUDA
+  // schedule stages each block's V through `v` instead.
+  bool pv_by_group = false;
 };
 
 struct DecodeInputs {

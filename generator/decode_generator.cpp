@@ -66,6 +66,7 @@ class Decode : public Generator<Decode> {
     // i8 caches on the avx512bf16 row: q.k by VNNI (attngen::int8_dot_decode).
     spec.int8_dot = attngen::int8_dot_decode(v_) &&
                     get_target().has_feature(Halide::Target::AVX512_SapphireRapids);
+    spec.pv_by_group = !get_target().has_gpu_feature();
     const attngen::DecodeTunables tunables =
         attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
 
