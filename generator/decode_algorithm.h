@@ -125,9 +125,9 @@ struct DecodeFuncs {
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on
   // The cache's K and V buffers (set by the generator), whose boxes a schedule's prefetches take
-  // as the start of a slot's K and of its V (an i8 cache: K's as the start of a group's K and V;
-  // an f16 or bf16 cache: K's as a line of a group's K part, and the same line of its V part)
-  // (schedules/cpu_decode.cpp).
+  // as the start of a slot's K and of its V (an i8 cache: K's as the start of a group's K and V,
+  // or with VNNI of the lines of K q.k reads an iteration, and of as many of V; an f16 or bf16
+  // cache: K's as the lines q.k reads an iteration) (schedules/cpu_decode.cpp).
   Halide::ImageParam k_cache;
   Halide::ImageParam v_cache;
 };

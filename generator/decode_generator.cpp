@@ -144,8 +144,9 @@ class Decode : public Generator<Decode> {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
       // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) the
       // slot's V; an i8 cache's prefetch of K's box takes the whole group of slots, its K and its
-      // V; an f16 or bf16 cache's a line of the group's K part and the line at the same place of
-      // its V part (the storage layout, schedules/cpu_decode.cpp).
+      // V (without VNNI), or the lines of the group's K part q.k reads an iteration and as many
+      // at the same place of its V part (VNNI); an f16 or bf16 cache's the lines of the group's
+      // K part q.k reads an iteration (the storage layout, schedules/cpu_decode.cpp).
       const int bytes = spec.kv_type.bytes();
       std::vector<attngen::PrefetchSpan> spans = {{k->name(), bytes, slot_stride * bytes}};
       const int line = attngen::decode_line_bytes(spec, attngen::target_info(get_target()));

@@ -43,14 +43,22 @@
 //    of 16 halves, one conversion and one FMA per row against q[d] broadcast from memory, no
 //    horizontal sums, two FMA chains per row (an rfactor over alternate elements). Each of its
 //    iterations (one line of the group's K part) prefetches the line at the same place of the
-//    group 128 keys ahead, in its K part and in its V part, so that the prefetches are spread
-//    over the work; P.V prefetches nothing. Against the slot-by-slot layout (K then V of each
-//    slot, q.k prefetching each slot's K and P.V its V one block ahead, per key), session 32
-//    (2-core Zen 4 VM, B1 Hq32/Hkv8 D128, alternating runs): 0.79 of the time over a 32 MiB f16
-//    cache on 2 threads (6 rounds, 0.61-0.88), 0.79-0.80 over 8 MiB f16 and bf16 caches on one
-//    thread. The layout with the prefetches as before (q.k 64 lines of the group's K in one burst
-//    per group, P.V the group's V alike): 1.10x and 1.14x slower over 32 and 128 MiB caches,
-//    0.95-0.97 of the time over L3-resident ones (the horizontal sums gone).
+//    group 128 keys ahead, so that the prefetches are spread over the work, and P.V, its keys
+//    taken as (group, slot of the group) (DecodeSpec::pv_by_group), each key's V 128 keys ahead.
+//    Against the slot-by-slot layout (K then V of each slot, q.k prefetching each slot's K and
+//    P.V its V one block ahead), session 32 (2-core Zen 4 VM, B1 Hq32/Hkv8 D128, the kernel the
+//    runtime picks, alternating runs, 2 threads unless said): 0.834 (0.809-0.844) of the time
+//    over a 128 MiB f16 cache (DRAM), 0.788 (0.755-0.817) over 32 MiB, 0.797 (0.795-0.815) over
+//    8 MiB on one thread. Tried on the way: the same layout with the prefetches as before, in
+//    bursts (q.k 64 lines of the group's K per group, P.V the group's V per group and half of
+//    Dv): 1.10x and 1.14x slower over 32 and 128 MiB, 0.95-0.97 of the time L3-resident (the
+//    horizontal sums gone); q.k prefetching the group's K and V lines both (P.V nothing): 0.79
+//    over 32 MiB but 1.10-1.14x slower over 128 MiB (the memory idle during P.V). An f32 cache
+//    in the same layout and scheme: 0.77-0.80 of the time L3-resident, 0.94 over 64 MiB, 1.03-
+//    1.08x slower over 256 MiB (DRAM); with K and V both prefetched by P.V, 1.19x: f32 caches stay
+//    slot by slot. The i8 VNNI kernel's q.k prefetch spread the same way (a line of its group's
+//    K and of its V per line of K read, instead of its whole group in one burst): 0.992
+//    (0.964-1.046), kept for one prefetch scheme.
 //  - Scores, max, exps and sums take the block's keys in the lanes.
 //  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
 //    of Dv of accumulators across the keys of the block, each V vector converted once per key
@@ -220,12 +228,11 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // dot_rf, an rfactor of dot over `chain` (alternate parts of the head dim, rdoi), is computed
   // per group of 16 keys (sg) and summed into dot there. Its update's loop over the rest of the
   // head dim (rdoo), each iteration reading `per_iteration` elements of the group's K part,
-  // prefetches the group prefetch_slots keys (whole groups) ahead, K and V, a line at a time:
-  // each iteration the lines at the same place of that group's K part and of its V part
-  // (Halide's box of K for an iteration that many iterations on, left as it is (NonFaulting):
-  // the groups follow one another, k_cache's dim 1 apart; the generator's prefetch span takes
-  // the V part's line too). Spread over the work so, instead of 64 lines of a group in one burst
-  // per group: 0.79 of the time over f16 caches (the comment above).
+  // prefetches the group prefetch_slots keys (whole groups) ahead a line at a time: each
+  // iteration the lines at the same place of that group's K part (Halide's box of K for an
+  // iteration that many iterations on, left as it is (NonFaulting): the groups follow one
+  // another, k_cache's dim 1 apart), and for an i8 cache of its V part too (the generator's
+  // prefetch span, decode_line_bytes). Spread over the work so, not a group in one burst.
   Var sg("sg"), chain("chain");
   const auto keys_in_lanes = [&](Func dot_rf, int per_iteration) {
     dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
