@@ -148,7 +148,10 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // finite integers, 16-bit ones may be NaN), the select of `scores` drops their scores. An i8
   // cache's V is read by whole groups too: its bytes are finite and those keys' weights in P.V
   // are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there). A 16-bit
-  // cache's V is read by the clamped slot, as an f32 cache's.
+  // cache's V is read by its group clamped to the last filled one, and the slots of that group
+  // past the filled ones as they are: zeros (the cache clears its storage) or what earlier appends
+  // left, finite where v_finite holds (the cache tracks every append), and masked by their
+  // weights, 0, in pv_term otherwise.
   const Expr last_group = in.slots / kSlotGroup - 1;
   const Expr slot_group = clamp(s / kSlotGroup, 0, last_group);
   const Expr group_slot = slot_group * kSlotGroup + s % kSlotGroup;
