@@ -234,14 +234,18 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // another, k_cache's dim 1 apart), and for an i8 cache of its V part too (the generator's
   // prefetch span, decode_line_bytes). Spread over the work so, not a group in one burst.
   Var sg("sg"), chain("chain");
-  const auto keys_in_lanes = [&](Func dot_rf, int per_iteration) {
+  // dot per group of 16 keys (sg), the keys in the lanes, summing the rfactor's `parts`.
+  const auto sum_groups = [&](const RVar& parts) {
     dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
     dot.update()
         .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
-        .reorder(si, rdoi, r, sg)
+        .reorder(si, parts, r, sg)
         .vectorize(si)
-        .unroll(rdoi)
+        .unroll(parts)
         .unroll(r, rows, round);
+  };
+  const auto keys_in_lanes = [&](Func dot_rf, int per_iteration) {
+    sum_groups(rdoi);
     dot_rf.compute_at(dot, sg).bound_storage(r, rows);
     dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
@@ -278,18 +282,12 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // adjacent elements of the head dim, generator/kv_layout.h) widened to 16 f32 lanes and
     // taken by one FMA per row against the row's 4 elements of q (a 128-bit broadcast): an
     // rfactor over the 4 elements (dq), summed per key at the end of the head dim.
-    Var sg("sg"), dq("dq"), s4o("s4o"), s4i("s4i"), lane("lane");
+    Var dq("dq"), s4o("s4o"), s4i("s4i"), lane("lane");
     f.q_tiled.compute_at(state, sp)
         .bound(f.q_tiled.args()[0], 0, kSlotGroup)
         .vectorize(f.q_tiled.args()[0]);
     Func dot_rf = dot.update().split(f.rd, rdo, rdq, kI8DotBytes).rfactor(rdq, dq);
-    dot.vectorize(s, kSlotGroup).unroll(r, rows, round);
-    dot.update()
-        .split(s, sg, si, kSlotGroup, TailStrategy::GuardWithIf)
-        .reorder(si, rdq, r, sg)
-        .vectorize(si)
-        .unroll(rdq)
-        .unroll(r, rows, round);
+    sum_groups(rdq);
     dot_rf.compute_at(dot, sg).reorder_storage(dq, s, r, hk, b).bound_storage(r, rows);
     dot_rf.split(s, s4o, s4i, kI8DotBytes)
         .reorder(dq, s4i, s4o, r)
