@@ -114,7 +114,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
                           const DecodeTunables& t);
 // Bytes of a grouped cache's K part (generator/kv_layout.h) that one iteration of the decode's
 // q.k reads on a SIMD CPU (schedules/cpu_decode.cpp): the span of each of its prefetches of K
-// and of V.
+// (and, for an i8 cache on the VNNI row, of V).
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info);
 void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info);
 void schedule_decode_generic(DecodeFuncs f, const TargetInfo& info);
