@@ -148,13 +148,16 @@ class Decode : public Generator<Decode> {
       // at the same place of its V part (VNNI); an f16 or bf16 cache's the lines of the group's
       // K part q.k reads an iteration (the storage layout, schedules/cpu_decode.cpp).
       const int bytes = spec.kv_type.bytes();
-      std::vector<attngen::PrefetchSpan> spans = {{k->name(), bytes, slot_stride * bytes}};
       const int line = attngen::decode_line_bytes(spec, attngen::target_info(get_target()));
-      if (spec.int8_dot) spans = {{k->name(), bytes, line, k_extent * bytes}};
-      if (grouped && !i8)
-        spans = {{k->name(), bytes, line}, {v->name(), bytes, spec.head_dim_v * bytes}};
+      std::vector<attngen::PrefetchSpan> spans;
       if (!grouped) {
         spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
+      } else if (!i8) {
+        spans = {{k->name(), bytes, line}, {v->name(), bytes, spec.head_dim_v * bytes}};
+      } else if (spec.int8_dot) {
+        spans = {{k->name(), bytes, line, k_extent * bytes}};
+      } else {
+        spans = {{k->name(), bytes, slot_stride * bytes}};
       }
       slot_prefetch_.reset(attngen::prefetch_lines_pass(spans));
     }

@@ -57,12 +57,10 @@ T group_elements(const T& dqk, const T& dv, int pack) {
 // stay a scalar and a ramp).
 template <typename T>
 T group_k_offset(const T& d, const T& j, int pack) {
-  if (pack == 1) return d * kSlotGroup + j;
   return d / pack * (pack * kSlotGroup) + j * pack + d % pack;
 }
 template <typename T>
 T group_v_offset(const T& d, const T& j, const T& dv, int pack) {
-  if (pack == 1) return j % kSlotGroup * dv + d;
   return j / pack % (kSlotGroup / pack) * (dv * pack) + d * pack + j % pack;
 }
 

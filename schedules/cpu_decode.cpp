@@ -218,7 +218,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     return g;
   };
 
-  // q.k. An i8 cache (grouped K): the keys in the lanes, below. Other caches, over the head dim:
+  // q.k. An i8, f16 or bf16 cache (grouped K): the keys in the lanes, below. An f32 cache, over
+  // the head dim:
   // dot_rf (u, s, r) holds per-lane partial sums of d = rdo * qk_lanes + u; per key the rows are
   // unrolled, so each converted vector of K feeds row_tile FMAs. int8_dot takes 64-byte vectors
   // (a 256-bit vector made LLVM's sapphirerapids CPU emit AVX-VNNI's VEX form, which Zen 4 lacks).
@@ -227,7 +228,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // q.k with the keys in the lanes (a grouped cache's K: the VNNI i8 and the 16-bit kernels):
   // dot_rf, an rfactor of dot over `chain` (alternate parts of the head dim, rdoi), is computed
   // per group of 16 keys (sg) and summed into dot there. Its update's loop over the rest of the
-  // head dim (rdoo), each iteration reading `per_iteration` elements of the group's K part,
+  // head dim (rdoo), each iteration reading decode_line_bytes of the group's K part,
   // prefetches the group prefetch_slots keys (whole groups) ahead a line at a time: each
   // iteration the lines at the same place of that group's K part (Halide's box of K for an
   // iteration that many iterations on, left as it is (NonFaulting): the groups follow one
@@ -244,12 +245,13 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(parts)
         .unroll(r, rows, round);
   };
-  const auto keys_in_lanes = [&](Func dot_rf, int per_iteration) {
+  const auto keys_in_lanes = [&](Func dot_rf) {
     sum_groups(rdoi);
     dot_rf.compute_at(dot, sg).bound_storage(r, rows);
     dot_rf.vectorize(s, kSlotGroup).unroll(chain).unroll(r);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
       const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
+      const int per_iteration = decode_line_bytes(spec, info) / spec.kv_type.bytes();  // elements
       const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
       dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
@@ -276,7 +278,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(s, kSlotGroup)
         .unroll(chain)
         .unroll(r);
-    keys_in_lanes(dot_rf, kI8DotChains * kI8DotBytes * kSlotGroup);
+    keys_in_lanes(dot_rf);
   } else if (spec.kv_type == Int(8)) {
     // An i8 cache without integer dot products: each 16-byte quarter of a K vector (4 keys x 4
     // adjacent elements of the head dim, generator/kv_layout.h) widened to 16 f32 lanes and
@@ -315,7 +317,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     const int q_chains = half_chains(info);
     Func dot_rf = dot.update().split(f.rd, rdoo, rdoi, q_chains).rfactor(rdoi, chain);
     dot_rf.update().reorder(s, chain, r, rdoo).vectorize(s, kSlotGroup).unroll(chain).unroll(r);
-    keys_in_lanes(dot_rf, q_chains * kSlotGroup);
+    keys_in_lanes(dot_rf);
   } else {
     Stage dot_split = dot.update().split(f.rd, rdo, rdi, qk_lanes);
     Func dot_rf = dot_split.rfactor(rdi, u);
