@@ -423,36 +423,25 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .vectorize(d4)
         .unroll(dcp)
         .unroll(r, rows, round);
-  } else if (f.rgroup.defined()) {
-    // An f16 or bf16 cache: as below, the keys as (group, slot of the group), each key's V
-    // prefetched prefetch_slots keys (whole groups) ahead.
-    const RVar rg = f.rgroup.x, rj = f.rgroup.y;
-    pv.update()
-        .split(r, po, pi, t.pv_rows, round)
-        .split(d, vo, vi, dv_lanes, dv_tail)
-        .split(vo, vt, vp, pv_vectors)
-        .reorder(vi, vp, pi, rj, rg, vt, po)
-        .vectorize(vi)
-        .unroll(vp)
-        .unroll(pi);
-    if (t.prefetch_slots > 0 && f.v_cache.defined()) {
-      pv.update().prefetch(f.v_cache, rj, rg, std::max(1, t.prefetch_slots / kSlotGroup),
-                           PrefetchBoundStrategy::NonFaulting);
-    }
   } else {
-    pv.update()
-        .split(r, po, pi, t.pv_rows, round)
-        .split(d, vo, vi, dv_lanes, dv_tail)
-        .split(vo, vt, vp, pv_vectors)
-        .reorder(vi, vp, pi, f.rk, vt, po)
-        .vectorize(vi)
-        .unroll(vp)
-        .unroll(pi);
-    // The slot's V prefetch_slots keys ahead of P.V (as q.k does its K; a 16-bit cache's q.k
-    // prefetches V too, above).
+    // The keys of the block: rk, or for an f16 or bf16 cache (pv_by_group) (group, slot of the
+    // group). Each key's V prefetch_slots keys ahead of P.V (as q.k does its K), an f16 or bf16
+    // cache's from the group that many keys (whole groups) on.
+    const bool by_group = f.rgroup.defined();
+    const RVar key = by_group ? f.rgroup.y : f.rk, key_outer = by_group ? f.rgroup.x : f.rk;
+    Stage pv_update = pv.update()
+                          .split(r, po, pi, t.pv_rows, round)
+                          .split(d, vo, vi, dv_lanes, dv_tail)
+                          .split(vo, vt, vp, pv_vectors);
+    if (by_group) {
+      pv_update.reorder(vi, vp, pi, key, key_outer, vt, po);
+    } else {
+      pv_update.reorder(vi, vp, pi, key, vt, po);
+    }
+    pv_update.vectorize(vi).unroll(vp).unroll(pi);
     if (t.prefetch_slots > 0 && f.v_cache.defined()) {
-      pv.update().prefetch(f.v_cache, f.rk, f.rk, t.prefetch_slots,
-                           PrefetchBoundStrategy::NonFaulting);
+      const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
+      pv_update.prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   }
 
