@@ -147,14 +147,12 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // elements past the filled slots hold (zeros, or what an earlier sequence left: i8 bytes are
   // finite integers, 16-bit ones may be NaN), the select of `scores` drops their scores. An i8
   // cache's V is read by whole groups too: its bytes are finite and those keys' weights in P.V
-  // are 0 (probs_scaled; the V scales stay read by the clamped slot, NaN-free there). A 16-bit
-  // cache's V is read by its group clamped to the last filled one, and the slots of that group
-  // past the filled ones as they are: zeros (the cache clears its storage) or what earlier appends
-  // left, finite where v_finite holds (the cache tracks every append), and masked by their
-  // weights, 0, in pv_term otherwise.
+  // are 0 (probs_scaled, with their V scales 0: below). A 16-bit cache's V is read by its group
+  // clamped to the last filled one, and the slots of that group past the filled ones as they
+  // are: zeros (the cache clears its storage) or what earlier appends left, finite where v_finite
+  // holds (the cache tracks every append), and masked by their weights, 0, in pv_term otherwise.
   const Expr last_group = in.slots / kSlotGroup - 1;
   const Expr slot_group = clamp(s / kSlotGroup, 0, last_group);
-  const Expr group_slot = slot_group * kSlotGroup + s % kSlotGroup;
   const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);  // V's elements a slot
   if (quantised) {
     f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
@@ -184,10 +182,15 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // probability of its key in probs.V (sum of p * v_scale * v_i8); the block sums take the
   // probabilities as they are.
   if (quantised) {
+    // A group's scales are read whole (16 keys' in one load), the group clamped as K's. The V
+    // scales of slots past the filled ones are 0 (stale ones may be NaN, and their keys' weights
+    // are 0); their K scales are dropped with their scores.
     f.k_scale = Func("k_scale");
-    f.k_scale(s, hk, b) = in.kv_scales(0, group_slot, hk, b);
+    f.k_scale(s, hk, b) = in.kv_scales(group_scale_offset(0, s % kSlotGroup), slot_group, hk, b);
     f.v_scale = Func("v_scale");
-    f.v_scale(s, hk, b) = in.kv_scales(1, slot, hk, b);
+    f.v_scale(s, hk, b) =
+        select(s <= last_slot,
+               in.kv_scales(group_scale_offset(1, s % kSlotGroup), slot_group, hk, b), 0.0f);
   }
 
   // Slot s holds the newest position p < kv_len with p = s (mod capacity); with kv_len <=

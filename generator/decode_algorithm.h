@@ -60,9 +60,11 @@ struct DecodeInputs {
   // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8, f16 or bf16 cache's
   // (element, group, hkv, b), its groups' K and V parts (generator/kv_layout.h)
   Halide::Func k, v;
-  Halide::Func kv_scales;  // (c, s, hkv, b) f32, i8 caches only: c = 0 K's scale, 1 V's
-  Halide::Func kv_len;     // (b) positions in the cache (after the append of the new tokens)
-  Halide::Func q_len;      // (b) real query rows of sequence b (<= seq_q)
+  // (e, group, hkv, b) f32, i8 caches only: a group's K scales, then its V scales
+  // (generator/kv_layout.h, group_scale_offset)
+  Halide::Func kv_scales;
+  Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
+  Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)
   // slots: extent of k and v along s (an i8 cache: whole groups of slots, padding past the
   // capacity included)
   Halide::Expr seq_q, slots, heads_q, heads_kv;

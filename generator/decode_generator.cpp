@@ -122,8 +122,13 @@ class Decode : public Generator<Decode> {
     k->set_estimates({{0, k_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     v->set_estimates({{0, v_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     if (kv_scales != nullptr) {
-      kv_scales->dim(0).set_bounds(0, 2);
-      kv_scales->set_estimates({{0, 2}, {0, kSlots}, {0, kKvHeads}, {0, E::kBatch}});
+      // Per group of slots its K scales, then its V scales (generator/kv_layout.h).
+      kv_scales->dim(0).set_bounds(0, attngen::kScaleGroup).set_stride(1);
+      kv_scales->dim(1).set_stride(attngen::kScaleGroup);
+      kv_scales->set_estimates({{0, attngen::kScaleGroup},
+                                {0, kSlots / attngen::kSlotGroup},
+                                {0, kKvHeads},
+                                {0, E::kBatch}});
     }
     kv_len->set_estimates({{0, E::kBatch}});
     q_len->set_estimates({{0, E::kBatch}});

@@ -19,9 +19,10 @@
 //    whose lanes are the head dim and which sums 4 keys' weighted values per lane (P.V); a
 //    16-bit cache's V of a slot is its Dv elements in a row, as an F32 cache's.
 // A kv head's groups follow one another, so attending still streams one contiguous range. The
-// slots of the capacity are rounded up to whole groups (and an I8 cache's scales, one f32 per
-// slot for K and one for V, take the rounded slot count too, so a kernel reads whole groups of
-// them as well).
+// slots of the capacity are rounded up to whole groups.
+// An I8 cache's scales (one f32 per slot for K and one for V) come in the same groups, in an
+// array of their own: per kv head and group, the 16 slots' K scales, then their V scales
+// (group_scale_offset), so that the 16 keys of a vector find theirs in one load.
 // An F32 cache is not grouped: each slot holds its K and then its V (attngen.h). Grouped, its
 // decode took 0.8 of the time L3-resident but 1.03-1.08x from DRAM (schedules/cpu_decode.cpp).
 #pragma once
@@ -62,6 +63,14 @@ T group_k_offset(const T& d, const T& j, int pack) {
 template <typename T>
 T group_v_offset(const T& d, const T& j, const T& dv, int pack) {
   return j / pack % (kSlotGroup / pack) * (dv * pack) + d * pack + j % pack;
+}
+
+// An I8 cache's scales: floats per group, and the offset in its group's of slot j's (< 16) K
+// scale (part 0) or V scale (part 1).
+constexpr int kScaleGroup = 2 * kSlotGroup;
+template <typename T>
+T group_scale_offset(int part, const T& j) {
+  return part * kSlotGroup + j;
 }
 
 }  // namespace attngen

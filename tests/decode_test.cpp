@@ -882,7 +882,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
         for (int64_t i = 0; i < t; ++i) {
           for (int64_t h = 0; h < H; ++h) {
             const int64_t head = (layer * B + b) * H + h, row = head * C + i;
-            const int64_t scale_row = head * G * 16 + i;
+            // An I8 cache's scales: per group its 16 slots' K scales, then their V scales.
+            const int64_t scale_group = (head * G + i / 16) * 32;
             const uint8_t* group_at = base + (head * G + i / 16) * group_bytes;
             for (int part = 0; part < 2; ++part) {
               const Storage& src = part == 0 ? k : v;
@@ -906,7 +907,8 @@ TEST(KvCacheStorage, LayoutAndConversions) {
                 x[d] = src.buf[static_cast<size_t>(src.offset({b, i, h, d}))];
                 amax = std::max(amax, std::abs(x[d]));
               }
-              const float scale = scales != nullptr ? scales[2 * scale_row + part] : 0.0f;
+              const float scale =
+                  scales != nullptr ? scales[scale_group + part * 16 + i % 16] : 0.0f;
               for (int64_t d = 0; d < n; ++d) {
                 SCOPED_TRACE("b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
                              std::to_string(h) + " part " + std::to_string(part) + " d " +

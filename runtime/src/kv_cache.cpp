@@ -416,8 +416,9 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         if (i8) {
           spread_row(v_data, dv, esize, group,
                      [&](int64_t d) { return group_k + group_v_offset<int64_t>(d, j, dv, pack); });
-          cache.scales[2 * row] = k_scale;
-          cache.scales[2 * row + 1] = v_scale;
+          float* group_scales = cache.scales + (row - j) / kSlotGroup * kScaleGroup;
+          group_scales[group_scale_offset<int64_t>(0, j)] = k_scale;
+          group_scales[group_scale_offset<int64_t>(1, j)] = v_scale;
         }
         if (!cache.v_nonfinite) {
           cache.v_nonfinite = stored_row_nonfinite(v_data, o.dtype, dv, v_scale);
@@ -451,10 +452,10 @@ attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool va
 
 attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o), 2};
+  const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kSlotGroup, kScaleGroup};
   attngen_tensor t =
       attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
-  t.shape[2] = std::min(padded_slots(slots), stored_slots(o));  // whole groups
+  t.shape[2] = std::min(padded_slots(slots), stored_slots(o)) / kSlotGroup;  // whole groups
   return t;
 }
 

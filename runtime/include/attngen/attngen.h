@@ -214,7 +214,8 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
  *   K[d] of slot s at byte g + (d / 4) * 64 + (s % 16) * 4 + d % 4,
  *   V[d] at byte g + 16 * Dqk4 + (s % 16 / 4) * Dv * 4 + d * 4 + s % 4.
  * It then holds its scales, from the first 64-byte boundary after every layer's K and V, as F32
- * [layers, B, Hkv, 16 * G, 2]: at float (n * 16 * G + s) * 2 K's scale and V's after it.
+ * [layers, B, Hkv, G, 2, 16], in the same groups: per group the 16 slots' K scales, then their V
+ * scales; K's scale of slot s at float (n * G + s / 16) * 32 + s % 16, V's 16 floats after it.
  * Element d of K is q[d] * scale (q the stored int8, scale = max|K row| / 127, q = round(K /
  * scale) in [-127, 127]; a row of zeros has scale 0, a row holding an infinity or NaN a NaN
  * scale); the kernels apply K's scale to the score and fold V's into the attention weight of its

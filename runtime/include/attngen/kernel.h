@@ -59,8 +59,8 @@ typedef struct attngen_kernel_args {
   struct halide_buffer_t *bool_mask, *add_mask;
   attngen_pattern pattern; /* a generic pattern kernel's parameters (its layout: `layout`) */
   int32_t num_heads;       /* a generic mha kernel's head count (its head dim E / num_heads) */
-  /* decode over an I8 cache: F32 [B, Hkv, slots, 2], each slot's K scale then its V scale (the
-   * slots rounded up to whole groups of 16, as k and v) */
+  /* decode over an I8 cache: F32 [B, Hkv, groups, 32], per group of 16 slots (as k and v) their
+   * K scales, then their V scales */
   struct halide_buffer_t* kv_scales;
   /* decode: 1 if no V element of the layer is NaN or infinite (the cache knows from its appends):
    * the kernel's P.V then multiplies as it is; 0 (always correct) masks V by the probabilities
@@ -70,10 +70,11 @@ typedef struct attngen_kernel_args {
 
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
  * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales; 7: an F16
- * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h). A
+ * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h; 8: an I8 cache's scales
+ * by group, 16 K scales then 16 V scales). A
  * descriptor carries the version and the struct size of the build that wrote it; the runtime
  * refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 7
+#define ATTNGEN_KERNEL_ABI_VERSION 8
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
