@@ -65,8 +65,8 @@ T group_v_offset(const T& d, const T& j, const T& dv, int pack) {
   return j / pack % (kSlotGroup / pack) * (dv * pack) + d * pack + j % pack;
 }
 
-// An I8 cache's scales: floats per group, and the offset in its group's of slot j's (< 16) K
-// scale (part 0) or V scale (part 1).
+// An I8 cache's scales: kScaleGroup floats per group, slot j's (< 16) K scale (part 0) or V scale
+// (part 1) at group_scale_offset(part, j) among them.
 constexpr int kScaleGroup = 2 * kSlotGroup;
 template <typename T>
 T group_scale_offset(int part, const T& j) {

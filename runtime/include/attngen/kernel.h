@@ -71,9 +71,9 @@ typedef struct attngen_kernel_args {
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
  * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales; 7: an F16
  * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h; 8: an I8 cache's scales
- * by group, 16 K scales then 16 V scales). A
- * descriptor carries the version and the struct size of the build that wrote it; the runtime
- * refuses one from an incompatible build (ATTNGEN_ERROR_ABI) instead of misreading it. */
+ * by group, 16 K scales then 16 V scales). A descriptor carries the version and the struct size
+ * of the build that wrote it; the runtime refuses one from an incompatible build
+ * (ATTNGEN_ERROR_ABI) instead of misreading it. */
 #define ATTNGEN_KERNEL_ABI_VERSION 8
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
