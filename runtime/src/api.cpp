@@ -204,9 +204,9 @@ bool prepare_pattern(Check& c, const attngen_pattern& p, int64_t seq_q, int64_t 
 }  // namespace
 
 bool may_fit_natively(const KernelQuery& q) {
-  const size_t n = attngen_kernel_count();
-  for (size_t i = 0; i < n; ++i) {
-    const attngen_kernel_info* k = attngen_kernel_at(i);
+  const KernelList kernels = kernel_list();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const attngen_kernel_info* k = kernels[i];
     if (k->op != q.op || k->dtypes.q != q.dtypes.q) continue;
     if (q.op == ATTNGEN_OP_DECODE) {
       if (k->dtypes.out != q.dtypes.out || k->dtypes.cache != q.dtypes.cache) continue;

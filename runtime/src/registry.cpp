@@ -30,9 +30,9 @@ std::vector<const attngen_kernel_info*>& registered() {
 }
 
 // The built-in kernels (a null-terminated array fixed at link time), counted once: every call's
-// kernel selection reads each of them through attngen_kernel_at, which counted them on every
-// read (O(n^2) a call: with the 368 kernels of CI's x86 build a decode call over 16 cached
-// positions took 73 us, 34 us once counted; session 33).
+// kernel selection reads each of them, and counting them at every read made it O(n^2) a call
+// (with the 368 kernels of CI's x86 build a decode call over 16 cached positions took 73 us, 34
+// us once counted; session 33).
 size_t builtin_count() {
   static const size_t count = [] {
     size_t n = 0;
@@ -292,6 +292,15 @@ std::string dtype_error(const attngen_kernel_info& k, const KernelQuery& q) {
 
 }  // namespace
 
+const attngen_kernel_info* KernelList::operator[](size_t i) const {
+  return i < added.size() ? added[i] : attngen_builtin_kernels[i - added.size()];
+}
+
+KernelList kernel_list() {
+  std::lock_guard<Mutex> lock(registry_mutex());
+  return KernelList{registered(), builtin_count()};
+}
+
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name) {
   if (name != nullptr) {
     const attngen_kernel_info* k = attngen_find_kernel(name);
@@ -319,19 +328,10 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   const char* forced = g_forced_isa.load();
   const attngen_kernel_info* best = nullptr;
   bool unsupported_fit = false;
-  // The kernels added by attngen_add_kernel (usually none) as they are now, then the built-in
-  // ones: the registry's lock taken once, not per kernel (attngen_kernel_at's: 368 locks a call
-  // with CI's x86 build: 34 -> 31 us for a decode call over 16 cached positions).
-  std::vector<const attngen_kernel_info*> added;
-  {
-    std::lock_guard<Mutex> lock(registry_mutex());
-    added = registered();
-  }
-  const size_t n = added.size() + builtin_count();
+  const KernelList kernels = kernel_list();
   const attngen_kernel_info* other_dtypes = nullptr;  // fits all but the call's dtypes
-  for (size_t i = 0; i < n; ++i) {
-    const attngen_kernel_info* k =
-        i < added.size() ? added[i] : attngen_builtin_kernels[i - added.size()];
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const attngen_kernel_info* k = kernels[i];
     if (!fits_shape(*k, query)) continue;
     if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(*k) < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
@@ -370,25 +370,18 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
 
 extern "C" {
 
-size_t attngen_kernel_count(void) {
-  std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
-  return attngen::rt::registered().size() + attngen::rt::builtin_count();
-}
+size_t attngen_kernel_count(void) { return attngen::rt::kernel_list().size(); }
 
 const attngen_kernel_info* attngen_kernel_at(size_t index) {
-  std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
-  const auto& reg = attngen::rt::registered();
-  if (index < reg.size()) return reg[index];
-  index -= reg.size();
-  return index < attngen::rt::builtin_count() ? attngen_builtin_kernels[index] : nullptr;
+  const attngen::rt::KernelList kernels = attngen::rt::kernel_list();
+  return index < kernels.size() ? kernels[index] : nullptr;
 }
 
 const attngen_kernel_info* attngen_find_kernel(const char* name) {
   if (name == nullptr) return nullptr;
-  const size_t n = attngen_kernel_count();
-  for (size_t i = 0; i < n; ++i) {
-    const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k != nullptr && !std::strcmp(k->name, name)) return k;
+  const attngen::rt::KernelList kernels = attngen::rt::kernel_list();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (!std::strcmp(kernels[i]->name, name)) return kernels[i];
   }
   return nullptr;
 }
@@ -422,10 +415,9 @@ namespace {
 // Whether the build has (or a caller registered) a kernel of the ISA: a build made for some ISAs
 // only (ATTNGEN_KERNEL_ISAS) must not name a better one the CPU runs but no kernel uses.
 bool has_kernels_of(const char* isa) {
-  const size_t n = attngen_kernel_count();
-  for (size_t i = 0; i < n; ++i) {
-    const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k != nullptr && std::strcmp(k->isa, isa) == 0) return true;
+  const attngen::rt::KernelList kernels = attngen::rt::kernel_list();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (std::strcmp(kernels[i]->isa, isa) == 0) return true;
   }
   return false;
 }
