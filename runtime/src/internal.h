@@ -156,10 +156,10 @@ struct KernelQuery {
 };
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 
-// The dispatch table as it is now: the kernels added by attngen_add_kernel (usually none), then
-// the built-in ones, read under the registry's lock once. The runtime's scans of the kernels go
-// through it (attngen_kernel_at takes the lock per kernel: 368 times a call with CI's x86 build,
-// a decode call over 16 cached positions 34 -> 31 us, session 33).
+// The dispatch table as it is now: the kernels added by attngen_register_kernel (usually none),
+// then the built-in ones, read under the registry's lock once. The runtime's scans of the kernels
+// go through it (a scan through attngen_kernel_at locks once per kernel: 368 times a call with
+// CI's x86 build, a decode call over 16 cached positions 34 -> 31 us, session 33).
 struct KernelList {
   std::vector<const attngen_kernel_info*> added;
   size_t builtins = 0;
