@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -31,14 +33,37 @@ using json = nlohmann::json;
 
 // ---- Files ----
 
-std::string temp_dir() {
-  const char* base = getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sentence_embedding_test.XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back(0);
-  if (!mkdtemp(buf.data())) ADD_FAILURE() << "mkdtemp failed";
-  return buf.data();
-}
+// A fresh directory under $TMPDIR (or /tmp) for one test, removed with what it holds when it goes
+// out of scope, unless the test has failed by then: then kept, and named in the output. (It
+// was never removed before: every run of this test left four directories behind.)
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TMPDIR");
+    std::string tmpl =
+        std::string(base && *base ? base : "/tmp") + "/sentence_embedding_test.XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
+      return;
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    if (::testing::Test::HasFailure()) {
+      std::printf("files kept in %s\n", path_.c_str());
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -399,7 +424,8 @@ TEST_P(RandomModel, MatchesFloat64Reference) {
   const std::vector<std::string> vocab = make_vocab();
   const RefModel m = random_model(rng, c.dims, int64_t(vocab.size()));
   const int max_seq = 24;
-  const std::string dir = temp_dir();
+  const TempDir tmp;
+  const std::string dir = tmp.path();
   write_model_dir(dir, m, c.dtype, max_seq);
 
   const SentenceEncoder enc = SentenceEncoder::load(dir);
@@ -467,7 +493,8 @@ TEST(RandomModelDump, QkNpyFiles) {
   std::mt19937_64 rng(seed);
   const Dims d{64, 2, 2, 128, 64};
   const RefModel m = random_model(rng, d, int64_t(make_vocab().size()));
-  const std::string dir = temp_dir();
+  const TempDir tmp;
+  const std::string dir = tmp.path();
   write_model_dir(dir, m, "F32", 64);
   const SentenceEncoder enc = SentenceEncoder::load(dir);
   const Encoding e = enc.tokenize("The quick brown fox, unaffable!");
@@ -616,7 +643,8 @@ TEST(SafeTensors, ReadsF32F16BF16) {
                                            {"b", {"F16", {6}, encode(v, "F16")}},
                                            {"c", {"BF16", {3, 2}, encode(v, "BF16")}},
                                            {"i", {"I64", {1}, u64_le(7)}}});
-  const std::string path = temp_dir() + "/t.safetensors";
+  const TempDir tmp;
+  const std::string path = tmp.path() + "/t.safetensors";
   write_file(path, f);
   const SafeTensors st = SafeTensors::open(path);
   EXPECT_EQ(st.names(), std::vector<std::string>({"a", "b", "c", "i"}));
@@ -709,7 +737,8 @@ TEST(ModelLoading, MissingTensorsAndUnsupportedConfigsAreErrors) {
   std::mt19937_64 rng(test_seed());
   const Dims d{64, 2, 1, 128, 64};
   RefModel m = random_model(rng, d, int64_t(make_vocab().size()));
-  const std::string dir = temp_dir();
+  const TempDir tmp;
+  const std::string dir = tmp.path();
   write_model_dir(dir, m, "F32", 64);
   EXPECT_NO_THROW(SentenceEncoder::load(dir));
   // A weight of the wrong shape names the tensor.
