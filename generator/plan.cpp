@@ -139,6 +139,7 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
       add("threads_x", t.threads_x);
       add("stage_kv", t.stage_kv);
       add("pv_chunk", t.pv_chunk);
+      add("pv_vectors", t.pv_vectors);
       break;
     }
     case Op::kMha:

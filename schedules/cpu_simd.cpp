@@ -1,5 +1,5 @@
 // Tiled CPU schedules for SIMD targets: written and measured for x86 AVX-512, used with the
-// narrower vectors of AVX2 and NEON until those get schedules of their own.
+// narrower vectors of AVX2 and NEON (AVX2's tiles tuned in schedules/tuned/x86_64_avx2.json).
 //
 // Attention: parallel over batches and heads, one loop (K and V of a head packed contiguous
 // once, stage_kv 2), and the query tiles of a head (which the runtime runs in order where the
@@ -7,8 +7,10 @@
 // scores (query_tile x the keys it visits, query rows innermost) stays in L2, so the row max, exp
 // and row sum are plain vertical vector ops. Two register-blocked inner loops do the flops:
 //   q.k : query_tile/lanes vectors x key_tile keys of accumulators, K broadcast from memory;
-//   p.v : pv_rows rows x Dv/lanes vectors of accumulators over a chunk of pv_chunk keys, V rows
-//         loaded as vectors, every row group of the tile passing over a chunk while it is in L1.
+//   p.v : pv_rows rows x pv_vectors vectors of Dv of accumulators over a chunk of pv_chunk keys
+//         (a part of Dv at a time where pv_vectors is less than all of it: AVX2's 16 registers
+//         hold 2 rows x 4 vectors), V rows loaded as vectors, every row group of the tile passing
+//         over a chunk while it is in L1.
 // Causal tiles visit only the key chunks up to their last row (the algorithm's chunk predicate).
 // Linear (X W^T + b): the weights are staged once per call in panels of a register tile's
 // output features, the rows once per task in groups of a register tile's rows; the register tile
@@ -65,6 +67,17 @@ void parallel_tasks(Func out, const Var& task, int grain) {
   out.split(task, job, task, grain, TailStrategy::GuardWithIf).parallel(job);
 }
 
+// The p.v register tile's part of Dv (AttentionTunables::pv_vectors): `vo` split into vt (the
+// parts, a loop placed outside the keys by the caller) and vp (the vectors of a part, unrolled).
+// A part of fewer vectors lets a tile hold more rows, each loaded V vector then serving more of
+// them, at the cost of the probs read once per part. Returns the loop to unroll: vp, or vo whole.
+VarOrRVar pv_part(Stage pv, const Var& vo, const Var& vt, const Var& vp, int pv_vectors,
+                  int dv_vectors) {
+  if (pv_vectors >= dv_vectors) return vo;
+  pv.split(vo, vt, vp, pv_vectors);
+  return vp;
+}
+
 // K and V of a head copied once, contiguous, before its query tiles run (stage_kv 2). In
 // place, one key's row is Hkv x D floats from the next (a 4 KiB stride at H16 D64), so a head's
 // keys fall in 1/16 of the L2's sets and each query tile streams them from L3 again. Packed, a
@@ -114,7 +127,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
-  Var vo("vo"), vi("vi");
+  Var vo("vo"), vi("vi"), vt("vt"), vp("vp");
 
   Func out = f.out;
   const Var head = schedule_row_form_output(f, spec, info, t, task);
@@ -141,12 +154,15 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
     rji = f.pv_loops[0];
     rjo = f.pv_loops[1];
   }
-  pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf)
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, ri, rji, ro, rjo)
-      .vectorize(vi)
-      .unroll(vo)
-      .unroll(ri);
+  pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf).split(d, vo, vi, dv_lanes, dv_tail);
+  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  const VarOrRVar v_tile = pv_part(pv, vo, vt, vp, t.pv_vectors, dv_vectors);
+  if (t.pv_vectors < dv_vectors) {
+    pv.reorder(vi, vp, ri, rji, vt, ro, rjo);
+  } else {
+    pv.reorder(vi, vo, ri, rji, ro, rjo);
+  }
+  pv.vectorize(vi).unroll(v_tile).unroll(ri);
 
   // Everything below works on one query tile, with query rows innermost in memory.
   const auto per_query_tile = [&](Func g) -> Func {
@@ -194,7 +210,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
-  Var vo("vo"), vi("vi");
+  Var vo("vo"), vi("vi"), vt("vt"), vp("vp");
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
@@ -253,13 +269,22 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
     RVar rko("rko"), rki("rki");
     Stage u = pv.update();
     u.split(i, ro, ri, t.pv_rows).split(d, vo, vi, dv_lanes, dv_tail);
-    if (t.pv_chunk < spec.key_block) {
-      u.split(f.rk, rko, rki, t.pv_chunk, TailStrategy::GuardWithIf)
-          .reorder(vi, vo, ri, rki, ro, rko);
+    const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+    const bool parts = t.pv_vectors < dv_vectors;
+    const VarOrRVar v_tile = pv_part(u, vo, vt, vp, t.pv_vectors, dv_vectors);
+    const bool chunks = t.pv_chunk < spec.key_block;
+    if (chunks) u.split(f.rk, rko, rki, t.pv_chunk, TailStrategy::GuardWithIf);
+    const VarOrRVar keys = chunks ? VarOrRVar(rki) : VarOrRVar(f.rk);
+    if (parts && chunks) {
+      u.reorder(vi, vp, ri, keys, vt, ro, rko);
+    } else if (parts) {
+      u.reorder(vi, vp, ri, keys, vt, ro);
+    } else if (chunks) {
+      u.reorder(vi, vo, ri, keys, ro, rko);
     } else {
-      u.reorder(vi, vo, ri, f.rk, ro);
+      u.reorder(vi, vo, ri, keys, ro);
     }
-    u.vectorize(vi).unroll(vo).unroll(ri);
+    u.vectorize(vi).unroll(v_tile).unroll(ri);
   }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.

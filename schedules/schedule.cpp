@@ -71,11 +71,13 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
   t.query_tile = (t.query_tile + lanes - 1) / lanes * lanes;
   const int q_vectors = t.query_tile / lanes;
   if (t.key_tile <= 0) t.key_tile = std::max(1, info.accumulators / q_vectors);
-  if (t.pv_rows <= 0) {
-    const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-    const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
-    t.pv_rows = rows_for_accumulators(dv_vectors, t.query_tile, info);
-  }
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  if (t.pv_rows <= 0) t.pv_rows = rows_for_accumulators(dv_vectors, t.query_tile, info);
+  // A register tile of p.v takes a part of Dv, the largest divisor of its vectors not above the
+  // request; the default, all of them.
+  if (t.pv_vectors <= 0 || t.pv_vectors > dv_vectors) t.pv_vectors = dv_vectors;
+  while (dv_vectors % t.pv_vectors != 0) --t.pv_vectors;
   // A chunk of V (Dv floats a key) and of probs (query_tile floats a key) in L1: 64 keys at D64
   // on AVX-512, the best of 32-256 measured (cpu_simd.cpp).
   if (t.pv_chunk <= 0) t.pv_chunk = chunk_for_l1(4 * (spec.head_dim_v + t.query_tile), info);

@@ -17,7 +17,8 @@ struct AttentionTunables {
   int threads_x = 0;       // threads along the fastest dimension of a block (GPU; default 32)
   int stage_kv = -1;       // K/V copied contiguous once per head (2), per key block (1), or read in
                            // place (0) (CPU; 1 is for the key-block form only)
-  int pv_chunk = 0;  // whole-row form: keys per pass of the probs.v product over the tile (CPU)
+  int pv_chunk = 0;    // whole-row form: keys per pass of the probs.v product over the tile (CPU)
+  int pv_vectors = 0;  // vectors of Dv per register tile of the probs.v product (CPU; default all)
 };
 
 struct LinearTunables {
@@ -55,7 +56,8 @@ inline constexpr TunableField<AttentionTunables> kAttentionTunables[] = {
     {"parallel_grain", &AttentionTunables::parallel_grain},
     {"threads_x", &AttentionTunables::threads_x},
     {"stage_kv", &AttentionTunables::stage_kv},
-    {"pv_chunk", &AttentionTunables::pv_chunk}};
+    {"pv_chunk", &AttentionTunables::pv_chunk},
+    {"pv_vectors", &AttentionTunables::pv_vectors}};
 
 // (transpose_x is the MHA generator's choice, not a tunable of tuning files.)
 inline constexpr TunableField<LinearTunables> kLinearTunables[] = {

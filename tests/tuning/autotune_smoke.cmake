@@ -29,9 +29,17 @@ endif ()
 message(STATUS "${report}")
 file(READ "${out}" json)
 string(JSON target GET "${json}" target)
-# The file's entry went first, and the new provenance records it.
-file(READ "${WORK}/state.json" state)
-string(JSON first MEMBER "${state}" classes "${class}" evals 0)
+# The file's entry went first, and the new provenance records it. (The evaluations are in the
+# order of the search in state.json; CMake's JSON reader sorts an object's members, so Python
+# reads the first.)
+execute_process(COMMAND "${PYTHON}" -c
+                        "import json, sys; print(next(iter(json.load(open(sys.argv[1]))['classes'][sys.argv[2]]['evals'])))"
+                        "${WORK}/state.json" "${class}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE first ERROR_VARIABLE error
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if (NOT rc EQUAL 0)
+  message(FATAL_ERROR "reading ${WORK}/state.json failed (${rc}): ${error}")
+endif ()
 if (NOT first MATCHES "(^| )key_tile=4( |$)" OR NOT first MATCHES "(^| )query_tile=16( |$)")
   message(FATAL_ERROR "the search's first point is '${first}', not the file's entry")
 endif ()
