@@ -34,8 +34,8 @@ using json = nlohmann::json;
 // ---- Files ----
 
 // A fresh directory under $TMPDIR (or /tmp) for one test, removed with what it holds when it goes
-// out of scope, unless the test has failed by then: then kept, and named in the output. (It
-// was never removed before: every run of this test left four directories behind.)
+// out of scope (so that runs leave nothing behind), unless the test has failed by then: then
+// kept, and named in the output.
 class TempDir {
  public:
   TempDir() {
