@@ -90,8 +90,8 @@ nlohmann::json search_space(const KernelVariant& v, const TargetRow& t) {
     s["key_tile"] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
     s["pv_rows"] = {1, 2, 3, 4, 6, 8};
     // Parts of Dv's vectors (the divisors of their number: the default, all of them, included).
-    const int dv_lanes = lanes_dividing(v.head_dim_v, target_info(Halide::Target(t.halide_target)));
-    const int dv_vectors = (v.head_dim_v + dv_lanes - 1) / dv_lanes;
+    const int dv_vectors =
+        vectors_covering(v.head_dim_v, target_info(Halide::Target(t.halide_target)));
     nlohmann::json parts = nlohmann::json::array();
     for (int n = 1; n <= dv_vectors; ++n) {
       if (dv_vectors % n == 0) parts.push_back(n);

@@ -374,7 +374,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
 
   // probs.V: pv_rows rows x pv_vectors vectors of Dv of accumulators across the keys of the
   // block; the V vector of a key is converted once and used by the pv_rows rows.
-  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  const int dv_vectors = vectors_covering(spec.head_dim_v, info);
   const int pv_vectors =
       divisor_at_most(dv_vectors, std::max(1, info.accumulators / std::max(1, t.pv_rows)));
   Func pv = per_tile(f.block_pv);

@@ -67,15 +67,24 @@ void parallel_tasks(Func out, const Var& task, int grain) {
   out.split(task, job, task, grain, TailStrategy::GuardWithIf).parallel(job);
 }
 
-// The p.v register tile's part of Dv (AttentionTunables::pv_vectors): `vo` split into vt (the
-// parts, a loop placed outside the keys by the caller) and vp (the vectors of a part, unrolled).
-// A part of fewer vectors lets a tile hold more rows, each loaded V vector then serving more of
-// them, at the cost of the probs read once per part. Returns the loop to unroll: vp, or vo whole.
-VarOrRVar pv_part(Stage pv, const Var& vo, const Var& vt, const Var& vp, int pv_vectors,
-                  int dv_vectors) {
-  if (pv_vectors >= dv_vectors) return vo;
-  pv.split(vo, vt, vp, pv_vectors);
-  return vp;
+// The p.v update's loops over Dv and their order, innermost first: Dv's lanes, the register
+// tile's vectors of Dv (all of them, or a part of pv_vectors, AttentionTunables::pv_vectors), its
+// rows `ri`, the `keys` of a chunk, the parts of Dv, then `outer` (row groups, chunks). A part of
+// fewer vectors lets a tile hold more rows, each loaded V vector serving more of them, at the cost
+// of the probs read once per part.
+void schedule_pv_tile(Stage pv, const Var& d, const AttentionSpec& spec, const TargetInfo& info,
+                      const AttentionTunables& t, const VarOrRVar& ri, const VarOrRVar& keys,
+                      const std::vector<VarOrRVar>& outer) {
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  Var vo("vo"), vi("vi"), vt("vt"), vp("vp");
+  pv.split(d, vo, vi, dv_lanes, tail_for(spec.head_dim_v, dv_lanes));
+  std::vector<VarOrRVar> order{vi, vo, ri, keys};
+  if (t.pv_vectors < vectors_covering(spec.head_dim_v, info)) {
+    pv.split(vo, vt, vp, t.pv_vectors);
+    order = {vi, vp, ri, keys, vt};
+  }
+  order.insert(order.end(), outer.begin(), outer.end());
+  pv.reorder(order).vectorize(vi).unroll(order[1]).unroll(ri);
 }
 
 // K and V of a head copied once, contiguous, before its query tiles run (stage_kv 2). In
@@ -127,7 +136,7 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
-  Var vo("vo"), vi("vi"), vt("vt"), vp("vp");
+  Var vo("vo"), vi("vi");
 
   Func out = f.out;
   const Var head = schedule_row_form_output(f, spec, info, t, task);
@@ -154,15 +163,8 @@ void schedule_attention_simd(AttentionFuncs f, const AttentionSpec& spec, const 
     rji = f.pv_loops[0];
     rjo = f.pv_loops[1];
   }
-  pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf).split(d, vo, vi, dv_lanes, dv_tail);
-  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
-  const VarOrRVar v_tile = pv_part(pv, vo, vt, vp, t.pv_vectors, dv_vectors);
-  if (t.pv_vectors < dv_vectors) {
-    pv.reorder(vi, vp, ri, rji, vt, ro, rjo);
-  } else {
-    pv.reorder(vi, vo, ri, rji, ro, rjo);
-  }
-  pv.vectorize(vi).unroll(v_tile).unroll(ri);
+  pv.split(f.qi, ro, ri, t.pv_rows, TailStrategy::GuardWithIf);
+  schedule_pv_tile(pv, d, spec, info, t, ri, rji, {ro, rjo});
 
   // Everything below works on one query tile, with query rows innermost in memory.
   const auto per_query_tile = [&](Func g) -> Func {
@@ -210,7 +212,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   const TailStrategy dv_tail = tail_for(spec.head_dim_v, dv_lanes);
   const Var &d = f.d, &i = f.i, &h = f.h, &b = f.b;
   Var io("io"), ii("ii"), ro("ro"), ri("ri"), task("task");
-  Var vo("vo"), vi("vi"), vt("vt"), vp("vp");
+  Var vo("vo"), vi("vi");
 
   Func out = f.out;
   out.split(i, io, ii, t.query_tile, TailStrategy::GuardWithIf)
@@ -268,23 +270,13 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
     // is 64 KiB, more than the L1 of the AVX-512 CPUs).
     RVar rko("rko"), rki("rki");
     Stage u = pv.update();
-    u.split(i, ro, ri, t.pv_rows).split(d, vo, vi, dv_lanes, dv_tail);
-    const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
-    const bool parts = t.pv_vectors < dv_vectors;
-    const VarOrRVar v_tile = pv_part(u, vo, vt, vp, t.pv_vectors, dv_vectors);
-    const bool chunks = t.pv_chunk < spec.key_block;
-    if (chunks) u.split(f.rk, rko, rki, t.pv_chunk, TailStrategy::GuardWithIf);
-    const VarOrRVar keys = chunks ? VarOrRVar(rki) : VarOrRVar(f.rk);
-    if (parts && chunks) {
-      u.reorder(vi, vp, ri, keys, vt, ro, rko);
-    } else if (parts) {
-      u.reorder(vi, vp, ri, keys, vt, ro);
-    } else if (chunks) {
-      u.reorder(vi, vo, ri, keys, ro, rko);
+    u.split(i, ro, ri, t.pv_rows);
+    if (t.pv_chunk < spec.key_block) {
+      u.split(f.rk, rko, rki, t.pv_chunk, TailStrategy::GuardWithIf);
+      schedule_pv_tile(u, d, spec, info, t, ri, rki, {ro, rko});
     } else {
-      u.reorder(vi, vo, ri, keys, ro);
+      schedule_pv_tile(u, d, spec, info, t, ri, f.rk, {ro});
     }
-    u.vectorize(vi).unroll(v_tile).unroll(ri);
   }
   // A generic kernel's common case, no mask tensor and no soft cap, without their selects and
   // mask reads in the score tile.

@@ -71,8 +71,7 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
   t.query_tile = (t.query_tile + lanes - 1) / lanes * lanes;
   const int q_vectors = t.query_tile / lanes;
   if (t.key_tile <= 0) t.key_tile = std::max(1, info.accumulators / q_vectors);
-  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
-  const int dv_vectors = (spec.head_dim_v + dv_lanes - 1) / dv_lanes;
+  const int dv_vectors = vectors_covering(spec.head_dim_v, info);
   if (t.pv_rows <= 0) t.pv_rows = rows_for_accumulators(dv_vectors, t.query_tile, info);
   // A register tile of p.v takes a part of Dv, the largest divisor of its vectors not above the
   // request; the default, all of them.

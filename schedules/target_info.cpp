@@ -42,6 +42,11 @@ int lanes_dividing(int extent, const TargetInfo& info) {
   return info.f32_lanes;
 }
 
+int vectors_covering(int extent, const TargetInfo& info) {
+  const int lanes = lanes_dividing(extent, info);
+  return (extent + lanes - 1) / lanes;
+}
+
 int chunk_for_l1(int bytes_per_item, const TargetInfo& info) {
   int n = 8;
   while (n < 256 && 2 * n * bytes_per_item <= info.l1_bytes) n *= 2;

@@ -27,6 +27,9 @@ const char* isa_name(Isa isa);
 // the native width when nothing divides (the schedule then needs a tail strategy).
 int lanes_dividing(int extent, const TargetInfo& info);
 
+// Vectors of lanes_dividing(extent) lanes that cover `extent` (a head dim's vectors).
+int vectors_covering(int extent, const TargetInfo& info);
+
 // The tail strategy of a loop of `extent` split by `lanes`: none needed where the lanes divide it
 // (lanes_dividing()), else guarded.
 inline Halide::TailStrategy tail_for(int extent, int lanes) {
