@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <random>
@@ -199,7 +200,7 @@ void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mas
   attngen_tensor tiw = attngen_tensor_contiguous(in_w.data(), ATTNGEN_F32, 2, iws);
   attngen_tensor tow = attngen_tensor_contiguous(out_w.data(), ATTNGEN_F32, 2, ows);
   attngen_mha_weights w{&tiw, nullptr, &tow, nullptr};
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = H;
   opt.mask = mask;
   opt.kernel = kernel_name;
@@ -250,7 +251,7 @@ void mha_decode_step(benchmark::State& state, int64_t B, int64_t E, int64_t H, i
   }
   const std::unique_ptr<attngen_kv_cache, void (*)(attngen_kv_cache*)> cache(
       raw, attngen_kv_cache_destroy);
-  attngen_mha_decode_options opt{};
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
   opt.num_heads = H;
   LayerPtr layer(nullptr, attngen_mha_layer_destroy);
   if (persistent && !(layer = make_layer(state, w, H))) return;
@@ -641,6 +642,91 @@ void register_generic_price() {
 
 }  // namespace
 
+// The runtime's cost per call above its kernel (issue: a planned call within 1 us of the
+// kernel's own entry point): one small attention, B1 H1 S16 D64, run three ways on the same
+// buffers at the run's thread count: the kernel's descriptor entry point with Halide views made
+// once ("direct"), an attention plan's run ("planned"), and attngen_attention() ("call").
+enum class Through { kDirect, kPlanned, kCall };
+
+// A Halide view of a dense tensor (dims innermost first).
+struct DirectView {
+  halide_buffer_t buf{};
+  halide_dimension_t dims[ATTNGEN_MAX_RANK]{};
+  DirectView(void* data, halide_type_t type, std::initializer_list<int64_t> shape) {
+    const int rank = static_cast<int>(shape.size());
+    int64_t stride = 1;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t extent = *(shape.end() - 1 - d);
+      dims[d] = {0, static_cast<int32_t>(extent), static_cast<int32_t>(stride), 0};
+      stride *= extent;
+    }
+    buf.host = static_cast<uint8_t*>(data);
+    buf.type = type;
+    buf.dimensions = rank;
+    buf.dim = dims;
+  }
+};
+
+void overhead_attention(benchmark::State& state, Through through) {
+  constexpr int64_t B = 1, H = 1, S = 16, D = 64;
+  std::vector<uint8_t> q = random_tensor(B * S * H * D, ATTNGEN_F32, 1);
+  std::vector<uint8_t> k = random_tensor(B * S * H * D, ATTNGEN_F32, 2);
+  std::vector<uint8_t> v = random_tensor(B * S * H * D, ATTNGEN_F32, 3);
+  std::vector<float> o(B * S * H * D);
+  const int64_t shape[] = {B, S, H, D};
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
+  const attngen_attention_options opt = attngen_attention_options_default();
+  attngen_attention_plan* plan = nullptr;
+  if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  const attngen_kernel_info* kernel = attngen_find_kernel(attngen_attention_plan_kernel(plan));
+  int32_t kv_len = S;
+  const halide_type_t f32(halide_type_float, 32), i32(halide_type_int, 32);
+  DirectView hq(q.data(), f32, {B, S, H, D}), hk(k.data(), f32, {B, S, H, D});
+  DirectView hv(v.data(), f32, {B, S, H, D}), ho(o.data(), f32, {B, S, H, D});
+  DirectView hl(&kv_len, i32, {B});
+  attngen_kernel_args args{};
+  args.q = &hq.buf;
+  args.k = &hk.buf;
+  args.v = &hv.buf;
+  args.out = &ho.buf;
+  args.kv_len = &hl.buf;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  attngen_attention_data data = attngen_attention_data_default();
+  data.q = q.data();
+  data.k = k.data();
+  data.v = v.data();
+  data.out = o.data();
+  for (auto _ : state) {
+    const bool ok = through == Through::kDirect ? kernel->run(nullptr, &args) == 0
+                    : through == Through::kPlanned
+                        ? attngen_attention_plan_run(plan, &data) == ATTNGEN_OK
+                        : attngen_attention(&tq, &tk, &tv, &to, &opt) == ATTNGEN_OK;
+    if (!ok) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(kernel->name);
+  attngen_attention_plan_destroy(plan);
+}
+
+void register_overhead() {
+  const std::pair<const char*, Through> ways[] = {
+      {"direct", Through::kDirect}, {"planned", Through::kPlanned}, {"call", Through::kCall}};
+  for (const auto& [name, through] : ways) {
+    benchmark::RegisterBenchmark((std::string("overhead/attention/B1_H1_S16_D64/") + name).c_str(),
+                                 overhead_attention, through)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 int main(int argc, char** argv) {
   attngen::bench::select_openblas_core(argc, argv);
   // Our flags go before benchmark::Initialize, which rejects flags it does not know.
@@ -727,6 +813,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
   }
   register_generic_price();
+  register_overhead();
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (!attngen_kernel_supported(k) || k->generic) continue;

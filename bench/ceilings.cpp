@@ -16,7 +16,7 @@
 #include <memory>
 #include <thread>
 
-#include "schedules/cpu_features.h"
+#include "core/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -47,8 +47,8 @@ function(_attngen_variant_tool OUT)
               generator/variant_tool.cpp)
   set(hash "")
   foreach (s IN LISTS sources ITEMS generator/variant.h generator/variant_cli.h
-           generator/tuning_file.h generator/pattern.h schedules/targets.h schedules/tunables.h
-           schedules/cpu_features.h)
+           generator/tuning_file.h core/dtype.h core/pattern.h core/targets.h core/tunables.h
+           core/cpu_features.h runtime/include/attngen/dtype.h)
     file(SHA256 "${_attngen_source_dir}/${s}" h)
     string(APPEND hash "${h}")
     set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
@@ -59,7 +59,8 @@ function(_attngen_variant_tool OUT)
   if (NOT EXISTS "${tool}" OR NOT "${hash}" STREQUAL "${_ATTNGEN_VARIANT_TOOL_HASH}")
     list(TRANSFORM sources PREPEND "${_attngen_source_dir}/")
     try_compile(ok "${CMAKE_BINARY_DIR}/attngen_variant_tool.dir" SOURCES ${sources}
-                CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${_attngen_source_dir}"
+                CMAKE_FLAGS
+                  "-DINCLUDE_DIRECTORIES=${_attngen_source_dir};${_attngen_source_dir}/runtime/include"
                 CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
                 OUTPUT_VARIABLE log COPY_FILE "${tool}")
     if (NOT ok)

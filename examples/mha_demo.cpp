@@ -76,7 +76,7 @@ int main() {
   attngen_tensor tow = attngen_tensor_contiguous(out_w.data(), ATTNGEN_F32, 2, ows);
   attngen_tensor tob = attngen_tensor_contiguous(out_b.data(), ATTNGEN_F32, 1, obs);
   attngen_mha_weights weights{&tiw, &tib, &tow, &tob};
-  attngen_mha_options mha{};
+  attngen_mha_options mha = attngen_mha_options_default();
   mha.num_heads = H;
   mha.mask = ATTNGEN_MASK_CAUSAL;
 

@@ -70,6 +70,13 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC PATTERN strided WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local WEIGHTS LSE"
+    # Generic log-sum-exp kernels: the row log-sum-exp alone of any call up to D128 (a call
+    # without the weights never runs a kernel that writes them into O(Sq x Skv) scratch).
+    "OP attention HEAD_DIM 128 GENERIC LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN window LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN strided LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse LSE"
+    "OP attention HEAD_DIM 128 GENERIC PATTERN global_local LSE"
     # Layers.
     "OP linear"
     "OP mha HEAD_DIM 32"
@@ -129,7 +136,7 @@ set(ATTNGEN_VARIANTS
     "OP decode KV_DTYPE bf16 HEAD_DIM 128 GENERIC"
     "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC"
     # The key-block form of decode asked for explicitly: the runtime prefers it from 512 cached
-    # keys (schedules/targets.h, kDecodeLongKeys). Blocks of 256 keys for the i8 cache at D128:
+    # keys (core/targets.h, kDecodeLongKeys). Blocks of 256 keys for the i8 cache at D128:
     # 0.93 of the time of blocks of 128 at Skv 8192 on AVX512-VNNI, 0.95 on AVX-512 without it
     # (bench/RESULTS.md, session 31); on the AVX-512 rows only, where measured (CUDA's blocks
     # are bounded by shared memory: 256 keys would take 152 KiB).

@@ -7,7 +7,7 @@ namespace attngen {
 
 using namespace Halide;
 
-// The pattern definitions of generator/pattern.h on Halide Exprs.
+// The pattern definitions of core/pattern.h on Halide Exprs.
 template <>
 struct PatternOps<Expr> {
   using Bool = Expr;

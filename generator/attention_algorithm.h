@@ -11,8 +11,8 @@
 #include <string>
 
 #include "Halide.h"
+#include "core/pattern.h"
 #include "generator/online_softmax.h"
-#include "generator/pattern.h"
 
 namespace attngen {
 
@@ -23,7 +23,7 @@ struct AttentionSpec {
   MaskKind mask = MaskKind::kNone;
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
-  PatternSpec pattern;  // generator/pattern.h
+  PatternSpec pattern;  // core/pattern.h
   // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the call's are
   // AttentionInputs::dqk / dv, padded with zeros up to these), and the causal mask, the mask
   // tensor and the soft cap are run-time inputs (mask, softcap and mask_tensor above unused).

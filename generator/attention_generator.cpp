@@ -81,9 +81,11 @@ class Attention : public Generator<Attention> {
     // The algorithm computes in f32: other element types convert where Q, K and V are read
     // (and K/V staged), the output where it is written.
     // (The bf16 pair products of AVX512-BF16 read q's bf16 values themselves.)
-    const bool native_f16 =
-        attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
+    const bool native_f16 = attngen::use_native_f16(get_externs_map(), get_target(),
+                                                    attngen::target_row_of(get_target()),
+                                                    v_.dtype == attngen::DType::kF16);
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
+                                              attngen::target_row_of(get_target()));
     attngen::AttentionInputs in;
     in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
     in.k = attngen::as_f32(*k, native_f16);

@@ -1,7 +1,7 @@
 #include "generator/decode_algorithm.h"
 
+#include "core/kv_layout.h"
 #include "generator/element.h"
-#include "generator/kv_layout.h"
 #include "generator/online_softmax.h"
 
 namespace attngen {
@@ -45,7 +45,7 @@ Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
 
 // P.V over an i8 cache whose key blocks are whole groups of slots, its keys taken as (quad,
 // key of the quad), so that V's bytes of a quad, 4 keys' element d side by side
-// (generator/kv_layout.h), are indexed without a division of a vector of keys (kb * block + 4 *
+// (core/kv_layout.h), are indexed without a division of a vector of keys (kb * block + 4 *
 // quad is a multiple of 4, and quad / 4 the group's).
 //  - Without int8_dot: the weights (probs_scaled) times V as f32, as in define_key_block_stats.
 //  - With int8_dot, as 8-bit integer dot products: each weight of a key block, probs_scaled = p *
@@ -137,11 +137,11 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr slot = clamp(s, 0, last_slot);
   // As stored first (inline unless a schedule copies a block of slots), then as f32.
   const bool quantised = spec.kv_type == Int(8);
-  const bool grouped = spec.kv_type != Float(32);  // generator/kv_layout.h
+  const bool grouped = spec.kv_type != Float(32);  // core/kv_layout.h
   const int pack = group_pack(spec.kv_type.bytes());
   f.k_stored = Func("k_stored");
   f.v_stored = Func("v_stored");
-  // An i8, f16 or bf16 cache's slots come in groups (generator/kv_layout.h; k and v are
+  // An i8, f16 or bf16 cache's slots come in groups (core/kv_layout.h; k and v are
   // (element, group, hkv, b) views of each group's K and V parts). K is read by whole groups,
   // the last one clamped, so that a schedule can load a group's keys as vectors: whatever its
   // elements past the filled slots hold (zeros, or what an earlier sequence left: i8 bytes are

@@ -7,7 +7,7 @@
 // plain streaming read, against 0.76 with K and V in separate arrays; bench/RESULTS.md). k and
 // v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart
 // (an i8, f16 or bf16 cache's: (element, group, hkv, b) of its groups of 16 slots,
-// generator/kv_layout.h).
+// core/kv_layout.h).
 // Slot s holds the latest position p < kv_len[b] with p = s (mod capacity): with kv_len <= capacity
 // that is p = s (a plain cache), beyond it the cache is a ring buffer of the last `capacity`
 // positions. Queries are aligned bottom-right: query i of sequence b sits at position
@@ -58,10 +58,10 @@ struct DecodeSpec {
 struct DecodeInputs {
   Halide::Func q;  // (d, h, i, b) the new queries, BSHD
   // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8, f16 or bf16 cache's
-  // (element, group, hkv, b), its groups' K and V parts (generator/kv_layout.h)
+  // (element, group, hkv, b), its groups' K and V parts (core/kv_layout.h)
   Halide::Func k, v;
   // (e, group, hkv, b) f32, i8 caches only: a group's K scales, then its V scales
-  // (generator/kv_layout.h, group_scale_offset)
+  // (core/kv_layout.h, group_scale_offset)
   Halide::Func kv_scales;
   Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
   Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "generator/decode_algorithm.h"
-#include "generator/kv_layout.h"
 #include "generator/native_code.h"
 #include "generator/online_softmax.h"
 #include "generator/plan.h"
@@ -60,9 +60,10 @@ class Decode : public Generator<Decode> {
     attngen::DecodeSpec spec = attngen::decode_spec(v_);
     spec.flushes_subnormals = get_target().arch == Halide::Target::ARM && get_target().bits == 32;
     spec.native_f16 = attngen::use_native_f16(
-        get_externs_map(), get_target(),
+        get_externs_map(), get_target(), attngen::target_row_of(get_target()),
         v_.dtype == attngen::DType::kF16 || v_.kv_dtype == attngen::DType::kF16);
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
+                                              attngen::target_row_of(get_target()));
     // i8 caches on the avx512bf16 row: q.k by VNNI (attngen::int8_dot_decode).
     spec.int8_dot = attngen::int8_dot_decode(v_) &&
                     get_target().has_feature(Halide::Target::AVX512_SapphireRapids);
@@ -80,7 +81,7 @@ class Decode : public Generator<Decode> {
     in.seq_q = q->dim(2).extent();
     in.heads_q = q->dim(1).extent();
     // A grouped cache's (i8, f16, bf16) k and v are (element, group, hkv, b) views of its groups
-    // of slots (generator/kv_layout.h), whole groups of the slots the runtime gives.
+    // of slots (core/kv_layout.h), whole groups of the slots the runtime gives.
     const bool i8 = v_.kv_dtype == attngen::DType::kI8;
     const bool grouped = v_.kv_dtype != attngen::DType::kF32;
     const int pack = attngen::group_pack(spec.kv_type.bytes());
@@ -99,7 +100,7 @@ class Decode : public Generator<Decode> {
 
     // Head dims are compile-time, and so is the cache's slot size (its layout: K then V).
     // (A generic kernel's are run-time, at most the spec's.)
-    // A grouped cache's are those of its groups of slots (generator/kv_layout.h).
+    // A grouped cache's are those of its groups of slots (core/kv_layout.h).
     const int k_extent =
         grouped ? attngen::group_k_elements(spec.head_dim_qk, pack) : spec.head_dim_qk;
     const int v_extent = grouped ? spec.head_dim_v * attngen::kSlotGroup : spec.head_dim_v;
@@ -122,7 +123,7 @@ class Decode : public Generator<Decode> {
     k->set_estimates({{0, k_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     v->set_estimates({{0, v_extent}, {0, slot_estimate}, {0, kKvHeads}, {0, E::kBatch}});
     if (kv_scales != nullptr) {
-      // Per group of slots its K scales, then its V scales (generator/kv_layout.h).
+      // Per group of slots its K scales, then its V scales (core/kv_layout.h).
       kv_scales->dim(0).set_bounds(0, attngen::kScaleGroup).set_stride(1);
       kv_scales->dim(1).set_stride(attngen::kScaleGroup);
       kv_scales->set_estimates({{0, attngen::kScaleGroup},

@@ -36,8 +36,9 @@ class Linear : public Generator<Linear> {
     shape.half_chunk = attngen::linear_half_chunk(v_, get_target());
     const attngen::LinearTunables t =
         attngen::plan_linear(shape, requested, get_target(), get_auto_schedule());
-    const bool native_f16 =
-        attngen::use_native_f16(get_externs_map(), get_target(), v_.dtype == attngen::DType::kF16);
+    const bool native_f16 = attngen::use_native_f16(get_externs_map(), get_target(),
+                                                    attngen::target_row_of(get_target()),
+                                                    v_.dtype == attngen::DType::kF16);
     attngen::LinearFuncs f = attngen::define_linear(
         attngen::as_f32(*x, native_f16), *w, attngen::as_f32(*bias, native_f16), shape, "linear");
     (*y)(f.n, f.s, f.b) = attngen::from_f32(f.out(f.n, f.s, f.b), y->type());

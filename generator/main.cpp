@@ -40,19 +40,7 @@ std::string joined(const std::vector<Tunable>& ts) {
   return s;
 }
 
-const char* c_dtype(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return "ATTNGEN_F32";
-    case DType::kF16:
-      return "ATTNGEN_F16";
-    case DType::kBF16:
-      return "ATTNGEN_BF16";
-    case DType::kI8:
-      return "ATTNGEN_I8";
-  }
-  return "ATTNGEN_F32";
-}
+std::string c_enum_name(DType d) { return std::string("ATTNGEN_") + dtype_row(d).c_name; }
 
 std::string c_string(const std::string& s) {
   std::string q = "\"";
@@ -215,10 +203,10 @@ int descriptor(int argc, char** argv) {
     << "    " << op << ",\n"
     << "    " << c_string(t->name) << ",\n"
     << "    " << c_string(halide_target) << ",\n"
-    << "    {" << c_dtype(v.dtype) << ", " << c_dtype(v.kv_dtype) << ", " << c_dtype(v.kv_dtype)
-    << ", " << c_dtype(v.out_dtype) << ", "
+    << "    {" << c_enum_name(v.dtype) << ", " << c_enum_name(v.kv_dtype) << ", "
+    << c_enum_name(v.kv_dtype) << ", " << c_enum_name(v.out_dtype) << ", "
     << (v.mask_tensor == MaskTensor::kBool ? "ATTNGEN_BOOL" : "ATTNGEN_F32") << ", "
-    << c_dtype(v.kv_dtype) << "},\n"
+    << c_enum_name(v.kv_dtype) << "},\n"
     << "    " << v.head_dim_qk << ",\n"
     << "    " << v.head_dim_v << ",\n"
     << "    " << (v.mask == MaskKind::kCausal ? "ATTNGEN_MASK_CAUSAL" : "ATTNGEN_MASK_NONE")

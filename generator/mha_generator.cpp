@@ -71,15 +71,17 @@ class Mha : public Generator<Mha> {
     requested_linear.transpose_x = 1;
     const attngen::LinearTunables linear_tunables =
         attngen::plan_linear(in_shape, requested_linear, get_target(), get_auto_schedule());
-    const bool native_f16 =
-        attngen::use_native_f16(get_externs_map(), get_target(), v.dtype == attngen::DType::kF16);
+    const bool native_f16 = attngen::use_native_f16(get_externs_map(), get_target(),
+                                                    attngen::target_row_of(get_target()),
+                                                    v.dtype == attngen::DType::kF16);
     attngen::LinearFuncs in_proj =
         attngen::define_linear(attngen::as_f32(*x, native_f16), *in_w,
                                attngen::as_f32(*in_b, native_f16), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
     attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target());
+    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
+                                              attngen::target_row_of(get_target()));
     const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
 
     Var d("d"), h("h"), s("s"), b("b");

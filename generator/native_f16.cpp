@@ -1,7 +1,6 @@
 #include "generator/native_f16.h"
 
 #include "generator/native_code.h"
-#include "schedules/target_info.h"
 
 namespace attngen {
 
@@ -33,10 +32,10 @@ std::string ir_text() {
 
 }  // namespace
 
-bool widens_f16_natively(const Halide::Target& target) {
+bool widens_f16_natively(const Halide::Target& target, const TargetRow& row) {
   // The table decides (row_widens_f16); on x86 the feature guards a target that names fewer
   // features than its row (LLVM without F16C would call a library routine per element).
-  return row_widens_f16(target_row(target_info(target).isa)) != nullptr &&
+  return row_widens_f16(row) != nullptr &&
          (target.arch != Halide::Target::X86 || target.has_feature(Halide::Target::F16C));
 }
 
@@ -46,8 +45,9 @@ Halide::Expr widen_f16_native(const Halide::Expr& x) {
                     {Halide::reinterpret(Halide::UInt(16, x.type().lanes()), x)}, Call::PureExtern);
 }
 
-bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, bool reads_f16) {
-  if (!reads_f16 || !widens_f16_natively(target)) return false;
+bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, const TargetRow& row,
+                    bool reads_f16) {
+  if (!reads_f16 || !widens_f16_natively(target, row)) return false;
   add_native_code(externs, target, kCodeName, ir_text());
   return true;
 }

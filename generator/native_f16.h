@@ -9,13 +9,15 @@
 #pragma once
 
 #include "Halide.h"
+#include "core/targets.h"
 #include "generator/native_code.h"
 
 namespace attngen {
 
-// Whether kernels for `target` widen f16 natively: its row of schedules/targets.h says so
+// Whether kernels for `target`, of the target table's `row` (the schedule's choice of row, passed
+// in: the algorithm does not look targets up), widen f16 natively: the row says so
 // (row_widens_f16: avx2, avx512, avx512bf16, neon), and on x86 the target has F16C.
-bool widens_f16_natively(const Halide::Target& target);
+bool widens_f16_natively(const Halide::Target& target, const TargetRow& row);
 
 // x (Float(16)) as f32 by a call that the bitcode use_native_f16 adds resolves.
 Halide::Expr widen_f16_native(const Halide::Expr& x);
@@ -23,6 +25,7 @@ Halide::Expr widen_f16_native(const Halide::Expr& x);
 // For a generator's generate(): whether the kernel widens f16 natively, true only for a
 // kernel that reads f16 (`reads_f16`) on such a target; then the bitcode is added to the
 // generator's externs (pass get_externs_map()).
-bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, bool reads_f16);
+bool use_native_f16(const ExternsMap& externs, const Halide::Target& target, const TargetRow& row,
+                    bool reads_f16);
 
 }  // namespace attngen

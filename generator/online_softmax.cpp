@@ -3,7 +3,6 @@
 #include <string>
 
 #include "generator/native_code.h"
-#include "schedules/target_info.h"
 
 namespace attngen {
 
@@ -165,11 +164,10 @@ Expr softmax_exp(const Expr& x, bool native) {
   return select(is_nan_bits(x), x, two_n * p);
 }
 
-bool use_native_exp(const ExternsMap& externs, const Target& target) {
+bool use_native_exp(const ExternsMap& externs, const Target& target, const TargetRow& row) {
   // The table decides (row_scales_exp, which the assembly tests also ask); the feature guards a
   // target that names fewer features than its row.
-  if (row_scales_exp(target_row(target_info(target).isa)) == nullptr ||
-      !target.has_feature(Target::AVX512_Skylake)) {
+  if (row_scales_exp(row) == nullptr || !target.has_feature(Target::AVX512_Skylake)) {
     return false;
   }
   add_native_code(externs, target, kExpCode, exp_module_ir());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "Halide.h"
+#include "core/targets.h"
 #include "generator/native_code.h"
 
 namespace attngen {
@@ -79,10 +80,10 @@ Halide::Expr softmax_exp(const Halide::Expr& x, bool native = false);
 // there).
 Halide::Expr softmax_exp_bf16(const Halide::Expr& x, bool native = false);
 // For a generator whose kernel computes a softmax: adds the native exps' code to its externs
-// (get_externs_map()) and returns true where the target's row has it (row_scales_exp in
-// schedules/targets.h: the x86 rows with AVX-512); the kernel's
+// (get_externs_map()) and returns true where the target's row (the target table's, passed in by
+// the generator) has it (row_scales_exp in core/targets.h: the x86 rows with AVX-512); the kernel's
 // softmax_exp and softmax_exp_bf16 calls may then pass native.
-bool use_native_exp(const ExternsMap& externs, const Halide::Target& target);
+bool use_native_exp(const ExternsMap& externs, const Halide::Target& target, const TargetRow& row);
 
 // acc / sum, or 0 where nothing was attended (sum exactly +0); NaN sums stay NaN.
 inline Halide::Expr normalise(const Halide::Expr& acc, const Halide::Expr& sum) {

@@ -4,7 +4,7 @@ namespace attngen {
 
 namespace {
 
-// Sets the fields of `t` the variant's tunables name (through the table of schedules/tunables.h).
+// Sets the fields of `t` the variant's tunables name (through the table of core/tunables.h).
 template <typename T, size_t N>
 void apply(const KernelVariant& v, T& t, const TunableField<T> (&table)[N]) {
   for (const Tunable& tunable : v.tunables) {
@@ -37,6 +37,10 @@ Halide::Type halide_type(DType dtype) {
       return Halide::BFloat(16);
     case DType::kI8:
       return Halide::Int(8);
+    case DType::kBool:
+      return Halide::UInt(8);
+    case DType::kI32:
+      return Halide::Int(32);
   }
   return Halide::Float(32);
 }

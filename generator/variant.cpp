@@ -7,8 +7,8 @@
 #include <map>
 #include <sstream>
 
-#include "schedules/cpu_features.h"
-#include "schedules/tunables.h"
+#include "core/cpu_features.h"
+#include "core/tunables.h"
 
 namespace attngen {
 
@@ -43,8 +43,15 @@ const Names<Op> kOps{{{"attention", Op::kAttention},
                       {"linear", Op::kLinear},
                       {"mha", Op::kMha},
                       {"decode", Op::kDecode}}};
-const Names<DType> kDTypes{
-    {{"f32", DType::kF32}, {"f16", DType::kF16}, {"bf16", DType::kBF16}, {"i8", DType::kI8}}};
+// The kernel element types of the dtype rows (core/dtype.h), by their variant names.
+Names<DType> kernel_dtype_names() {
+  Names<DType> names;
+  for (const DTypeRow& r : kDTypes) {
+    if (r.kernel_element) names.list.push_back({r.name, r.dtype});
+  }
+  return names;
+}
+const Names<DType> kDTypeNames = kernel_dtype_names();
 const Names<MaskKind> kMasks{{{"none", MaskKind::kNone}, {"causal", MaskKind::kCausal}}};
 const Names<MaskTensor> kMaskTensors{{{"none", MaskTensor::kNone},
                                       {"bool", MaskTensor::kBool},
@@ -233,20 +240,9 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
 }  // namespace
 
 const char* op_name(Op op) { return kOps.name(op); }
-const char* dtype_name(DType dtype) { return kDTypes.name(dtype); }
+const char* dtype_name(DType dtype) { return dtype_row(dtype).name; }
 
-int dtype_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kI8:
-      return 1;
-  }
-  return 4;
-}
+int dtype_bytes(DType dtype) { return dtype_row(dtype).bytes; }
 
 bool parse_variant(const std::string& text, KernelVariant* v, std::string* error) {
   *v = KernelVariant();
@@ -293,10 +289,10 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
       ok = kOps.find(value, &v->op);
       if (!ok) return fail("OP must be one of " + kOps.all() + ", not " + value);
     } else if (key == "DTYPE" || key == "KV_DTYPE" || key == "OUT_DTYPE") {
-      ok = kDTypes.find(value, key == "DTYPE"      ? &v->dtype
-                               : key == "KV_DTYPE" ? &v->kv_dtype
-                                                   : &v->out_dtype);
-      if (!ok) return fail(key + " must be one of " + kDTypes.all() + ", not " + value);
+      ok = kDTypeNames.find(value, key == "DTYPE"      ? &v->dtype
+                                   : key == "KV_DTYPE" ? &v->kv_dtype
+                                                       : &v->out_dtype);
+      if (!ok) return fail(key + " must be one of " + kDTypeNames.all() + ", not " + value);
     } else if (key == "HEAD_DIM") {
       ok = parse_int(value, 1, &v->head_dim_qk);
     } else if (key == "HEAD_DIM_V") {
@@ -441,9 +437,9 @@ bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* err
   }
   std::string text = "OP " + words[0];
   size_t at = 1;
-  if (at < words.size() && kDTypes.find(words[at], &v->dtype)) text += " DTYPE " + words[at++];
+  if (at < words.size() && kDTypeNames.find(words[at], &v->dtype)) text += " DTYPE " + words[at++];
   if (at < words.size() && words[at].rfind("out", 0) == 0 &&
-      kDTypes.find(words[at].substr(3), &v->out_dtype)) {
+      kDTypeNames.find(words[at].substr(3), &v->out_dtype)) {
     text += " OUT_DTYPE " + words[at++].substr(3);
   }
   if (words[0] == "attention") {

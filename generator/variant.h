@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "generator/pattern.h"
-#include "schedules/targets.h"
+#include "core/dtype.h"
+#include "core/pattern.h"
+#include "core/targets.h"
 
 namespace attngen {
 
 enum class Op { kAttention, kLinear, kMha, kDecode };
 
-// Element types of tensors. Kernels compute in f32 whatever they store (docs/semantics.md,
-// "Precision"): f16 and bf16 tensors are converted where they are read and written; kI8 is for
-// KV caches only (symmetric, with f32 scales).
-enum class DType { kF32, kF16, kBF16, kI8 };
+// Element types of tensors: core/dtype.h. Kernels compute in f32 whatever they store
+// (docs/semantics.md, "Precision"): f16 and bf16 tensors are converted where they are read and
+// written; kI8 is for KV caches only (symmetric, with f32 scales).
 
 struct Tunable {
   std::string name;
@@ -86,7 +86,7 @@ bool merge_tunables(const KernelVariant& v, const std::vector<Tunable>& more,
                     std::vector<Tunable>* out, std::string* error);
 
 // Whether a kernel of the variant for target row t is worth building: always for a base ISA;
-// for an extension row (schedules/targets.h) only where its instructions serve the variant, so
+// for an extension row (core/targets.h) only where its instructions serve the variant, so
 // that it does not duplicate the base ISA's kernel. avx512bf16: the row form of bf16 attention
 // (specialised, no extra outputs, no pattern, even head dims), where the schedule takes bf16
 // products in pairs (schedules/cpu_bf16.cpp), and the decode kernels of int8_dot_decode (every

@@ -112,7 +112,7 @@ int variant_cmake(const Options& o) {
     skip = true;
     for (const std::string& isa : v.only_isas) skip = skip && isa != t.name;
   }
-  // An extension row (schedules/targets.h) builds only what its instructions serve.
+  // An extension row (core/targets.h) builds only what its instructions serve.
   if (!extension_applies(v, t)) skip = true;
   std::string runtime, runtime_target;
   if (!runtime_of(t, o, &runtime, &runtime_target, &error)) return fail(error);

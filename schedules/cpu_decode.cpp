@@ -2,138 +2,37 @@
 //
 // Decode streams the cache: every K and V element is used by only the g * Sq rows of its kv
 // head (4 at Llama's g = 4 and one query), so the arithmetic per element must stay small enough
-// to hide behind the memory time, also when the cache is f16, bf16 or i8 (1/2 or 1/4 of the
-// bytes of f32).
+// to hide behind the memory time, also when the cache is f16, bf16 or i8. What each choice below
+// measured against what it replaced, and what was tried and dropped:
+// docs/decisions/decode-cpu-schedule.md.
 //  - One parallel task per (split, kv head, sequence) computes that split's partial state; its
 //    key blocks are visited in order (those no row attends skipped), and per block and tile of
 //    row_tile rows the scores, max, exps, sum and probs.V live in L1.
-//  - An f32 cache: q.k vectorises over the head dim (an rfactor of the dot product): per key,
-//    each vector of K is loaded once and feeds one FMA per row of the tile
-//    (row_tile accumulators of per-lane partial sums), and each (key, row) ends with one
-//    horizontal sum. At g = 4 on AVX-512 that is 8 FMAs + 1 horizontal sum per (key, row),
-//    against 128 FMAs per key (4 of 16 lanes used) when the rows were the lanes, with K
-//    converted a key tile at a time into L1: the previous schedule, compute-bound at 0.2-0.45
-//    of the streaming read for f16/bf16/i8 caches.
-//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products
-//    (vpdpbusd, 64 u8 x i8 products an instruction; q's rows quantised once per task). The
-//    cache keeps K in groups of 16 slots with 4 adjacent bytes of the head dim of each slot side
-//    by side (generator/kv_layout.h), so the lanes are the keys: per 16 keys and 4 elements of
-//    the head dim one load, one xor into u8 and one vpdpbusd per row (q's 4 bytes broadcast from
-//    memory), and no horizontal sums. Before, K row by row, the 16 lanes summed 4 adjacent
-//    bytes of one key's head dim and each (key, row) ended with a horizontal sum (~18% of the
-//    samples; 1.23-1.36x faster than the avx512 kernel, session 27). The grouped layout: 0.91
-//    of that kernel's time (6 alternating runs, bench/RESULTS.md, session 30); two groups of
-//    keys side by side (key_tile 2) 1.06x slower. P.V then took ~52% of the samples (per key 8
-//    conversions, 4 broadcasts and 32 FMAs at g = 4), and is now integer dot products as well
-//    (define_i8_pv: each row's weights in a block in 23-bit fixed point, 3 bytes; V in quads of
-//    4 keys side by side, generator/kv_layout.h): per key 24 vpdpbusd (3 bytes x 4 rows x 2 of
-//    its 8 vectors of Dv per quad) and 12 dword broadcasts shared by 2 vectors, ~39% of the
-//    samples; with both, 0.88 of the time of session 29's kernel (6 alternating runs). Tried,
-//    no faster (session 27): the 4 rows' sums as one tree of shuffles, and P.V as 16-bit integer
-//    dot products (vpdpwssd, the weights in 16-bit fixed point; it broke the f32 tolerance of
-//    the pre-rounded tests, as dropping the lowest of the 3 bytes does).
-//  - An i8 cache without VNNI: the same grouped K, each 16-byte quarter of a vector (4 keys x 4
-//    elements) widened to one f32 vector for one FMA per row against q's 4 elements repeated
-//    (q_tiled, staged once per task), an rfactor over the 4 elements summed per key at the end;
-//    P.V alike, each 16-byte quarter of a V vector (4 elements x 4 keys) against the 4 keys'
-//    weights repeated (a 128-bit broadcast), an rfactor over the 4 keys: 0.93 of the time of
-//    session 29's kernel, the row-by-row layout with its horizontal sums (session 30).
-//  - An f16 or bf16 cache keeps K in groups of 16 slots with element d of the 16 slots side by
-//    side (generator/kv_layout.h), so the lanes are the keys: per 16 keys and element d one load
-//    of 16 halves, one conversion and one FMA per row against q[d] broadcast from memory, no
-//    horizontal sums, two FMA chains per row (an rfactor over alternate elements). Each of its
-//    iterations (one line of the group's K part) prefetches the line at the same place of the
-//    group 128 keys ahead, so that the prefetches are spread over the work, and P.V, its keys
-//    taken as (group, slot of the group) (DecodeSpec::pv_by_group), each key's V 128 keys ahead.
-//    Against the slot-by-slot layout (K then V of each slot, q.k prefetching each slot's K and
-//    P.V its V one block ahead), session 32 (2-core Zen 4 VM, B1 Hq32/Hkv8 D128, the kernel the
-//    runtime picks, alternating runs, 2 threads unless said): 0.834 (0.809-0.844) of the time
-//    over a 128 MiB f16 cache (DRAM), 0.788 (0.755-0.817) over 32 MiB, 0.797 (0.795-0.815) over
-//    8 MiB on one thread. Tried on the way: the same layout with the prefetches as before, in
-//    bursts (q.k 64 lines of the group's K per group, P.V the group's V per group and half of
-//    Dv): 1.10x and 1.14x slower over 32 and 128 MiB, 0.95-0.97 of the time L3-resident (the
-//    horizontal sums gone); q.k prefetching the group's K and V lines both (P.V nothing): 0.79
-//    over 32 MiB but 1.10-1.14x slower over 128 MiB (the memory idle during P.V). An f32 cache
-//    in the same layout and scheme: 0.77-0.80 of the time L3-resident, 0.94 over 64 MiB, 1.03-
-//    1.08x slower over 256 MiB (DRAM); with K and V both prefetched by P.V, 1.19x: f32 caches stay
-//    slot by slot. The i8 VNNI kernel's q.k prefetch spread the same way (a line of its group's
-//    K and of its V per line of K read, instead of its whole group in one burst): 0.992
-//    (0.964-1.046), kept for one prefetch scheme.
-//  - Scores, max, exps and sums take the block's keys in the lanes.
-//  - probs.V keeps Dv in the lanes (each V element is used by every row): pv_rows rows x a part
-//    of Dv of accumulators across the keys of the block, each V vector converted once per key
-//    (an i8 cache: above).
-//  - Key blocks of 128 keys for every cache type, read where they are in the cache (plan_decode);
-//    a variant's KEY_BLOCK for long caches (the runtime's form from kDecodeLongKeys keys,
-//    schedules/targets.h): the i8 cache's 256 at D128, 0.93 of the time at Skv 8192 on the
-//    VNNI row (per block: the statistics, P.V's 3 x 4 x Dv partial sums and their combination,
-//    the merge into the running state), 1.5x at Skv 16 (a task computes whole blocks); 512
-//    keys 0.91 at Skv 8192 but 1.2x at 768 (two splits of one partly used block each); f16 and
-//    bf16 caches with blocks of 256 within the noise (session 31).
-//    stage_block = 1 (a tunable) copies each block's slots as stored first, K and V of each slot
-//    in memory order, so that the memory sees one sequential stream instead of the K halves of
-//    the block's slots and then their V halves: measured 1.2x faster for f32 caches on a 2-core
-//    EPYC VM, but 1.06-1.6x slower at L3-resident and 1.07-1.14x at DRAM-sized caches on a
-//    Sapphire-Rapids-class one (64-key blocks copied against 128-key blocks read in place,
-//    bench/RESULTS.md "Decode: blocks read in place"), where the 64 KiB copy does not fit the
-//    48 KiB L1 and no load is in flight while a block is computed.
-//  - On x86, q.k prefetches each slot's K and P.V its V prefetch_slots keys (one key block)
-//    ahead into L2 (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp); an i8 cache's q.k
-//    prefetches its groups of slots, K and V, one group ahead. A block's K halves are read in
-//    one pass and its V halves in another, 512 B of every 1 KiB (f32, D128) each time: on a
-//    2-core Zen 4 VM a plain loop reading a 256 MiB cache in that order ran at 0.39 of a
-//    streaming read (9 against 23 GB/s, one thread), and prefetching each whole slot ahead in
-//    q.k brought it to 0.7-1.0; the kernels (bench/RESULTS.md, 2 threads) 1.3-1.8x faster over
-//    DRAM-sized caches and those of Skv 8192 (f32 1.77x, f16 1.58x, bf16 1.64x, i8 1.30x), the
-//    L3-resident f32 decode unchanged to 1.1x slower. That left the memory idle while P.V ran
-//    (all its V requested during q.k): each pass prefetching its own half one block ahead made
-//    the f32 decode 0.86 of that time over a DRAM-sized cache and 0.85 at Skv 8192, L3- and
-//    L2-resident unchanged (session 31; each half 16 keys ahead 0.91 / 1.0, K 16 and V 128
-//    keys ahead 0.86 / 0.90, 64 and 256 keys ahead within the noise of 128). Tried before:
-//    prefetcht0 (into L1) 1.5x slower than prefetcht1 over DRAM on one thread, prefetcht2 within
-//    5%; the whole slot 4 or 8 keys ahead mixed (the f32 cache up to 1.14x faster at 4, f16 and
-//    bf16 up to 1.45x slower), 32 no faster; every other line only (leaving the rest to the L2's
-//    adjacent-line fetch) 1.2-2x slower. An i8 cache's groups 2-8 groups ahead: no faster.
+//  - An f32 cache (slot by slot, K then V): q.k vectorises over the head dim (an rfactor of the
+//    dot product): per key, each vector of K is loaded once and feeds one FMA per row of the
+//    tile, and each (key, row) ends with one horizontal sum.
+//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products over K
+//    in groups of 16 slots with 4 adjacent bytes of each slot side by side (core/kv_layout.h),
+//    the lanes being the keys (no horizontal sums); P.V as integer dot products too
+//    (define_i8_pv: each row's weights in 23-bit fixed point, 3 bytes; V in quads of 4 keys).
+//  - An i8 cache without VNNI: the same grouped K, each 16-byte quarter of a vector widened to
+//    one f32 vector for one FMA per row against q's 4 elements repeated; P.V alike.
+//  - An f16 or bf16 cache: K in groups of 16 slots, element d of the 16 slots side by side, so
+//    per 16 keys and element d one load, one conversion and one FMA per row; each q.k iteration
+//    prefetches the line at the same place of the group 128 keys ahead, and P.V (keys taken as
+//    (group, slot), DecodeSpec::pv_by_group) each key's V 128 keys ahead.
+//  - Scores, max, exps and sums take the block's keys in the lanes; probs.V keeps Dv in the
+//    lanes (pv_rows rows x a part of Dv of accumulators across the keys of the block).
+//  - Key blocks of 128 keys, read where they are in the cache (plan_decode); a variant's
+//    KEY_BLOCK for long caches (the runtime's form from kDecodeLongKeys keys, core/targets.h).
+//    stage_block = 1 (a tunable) copies each block's slots as stored first.
+//  - On x86, q.k prefetches each slot's K and P.V its V prefetch_slots keys ahead into L2
+//    (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp); an i8 cache's q.k prefetches its
+//    groups of slots, K and V, one group ahead.
 //  - The merge of the splits is a small second stage, parallel over queries.
-//
-// Measured (bench/RESULTS.md, "Decode over f16, bf16 and i8 caches"; 2-core AVX-512 EPYC VM,
-// B1 Hq32/Hkv8 D128 Skv8192, 2 threads, 5 paired rounds): against the previous schedule f32
-// 1.25-1.41x faster (0.58-0.62 of a streaming read, was 0.42-0.47), f16 1.5-1.9x, bf16
-// 1.9-2.4x, i8 1.9-2.5x; f16 at 1.87-2.22x and i8 at 3.02-3.62x the (now faster) f32 cache,
-// but only 0.56-0.60 (f16) and 0.43-0.54 (i8) of a streaming read of their bytes: still
-// compute-bound (the horizontal sums are ~40% of q.k; f16 took 7 instructions per 16 elements
-// to convert, Halide 14 having no F16C cast: one vcvtph2ps now, generator/native_f16.h, and the
-// f16 cache 1.32x the f32 one instead of 1.19x on the Sapphire-Rapids-class VM). Tried and dropped:
-// a second reduction level that sums the tile's rows side by side before the horizontal step (LLVM
-// spilled the partial sums and reloaded them misaligned: i8 1.2-1.4x slower), two keys per q.k
-// iteration (no better), the block copy for f16/bf16/i8 (1.1-1.35x slower on one thread). Also
-// dropped, on the Sapphire-Rapids-class VM: Halide's prefetch of the next block(s) (stage.prefetch
-// of the K and V buffers at the block loop, offset 1 or 2 blocks: Halide 14 emits prefetchnta, and
-// decode ran 4x slower; the prefetch per key above is another thing), and, over an f16 cache, V
-// widened without its NaN/infinity test where v_finite holds (8-13% slower, 3 alternating pairs).
-// Also dropped there (bench/RESULTS.md, "Decode on Sapphire Rapids: where the time goes"): q.k for
-// 4 keys at a time with their horizontal sums done as one reduction tree (a VectorReduce of 4 keys
-// x 16 lanes to 4 lanes; 10 shuffles and 5 adds per 4 keys and row against 4 x 8 ops) gave
-// f32 1.21x and f16/bf16 1.05x slower, i8 no faster; stage_block = 1 for f16, bf16 and i8 caches
-// (whole 128-key blocks, 32 KiB for i8) was 1.21-1.29x slower: the 16- and 8-bit caches are
-// compute-bound there, but neither by the horizontal sums nor (a prototype with q.k as 16-bit
-// integer dot products, vpmaddwd/vpdpwssd: 2-7% faster) by q.k's conversions and FMAs; nor by the
-// FMA chains of q.k (two independent chains per (key, row), a second rfactor over even and odd
-// vectors of the head dim: 1.01-1.02x, no faster), nor by V's scale multiplied into P.V per (key,
-// row) (now a stage of its own, probs_scaled: no faster either), nor by q.k's horizontal sums of a
-// key's 4 rows done as one reduction tree (the rows vectorised in dot's update: 6 vpermt2ps and a
-// few adds for 4 sums, 0.95-1.02x). Measured alone (bench/RESULTS.md, "Where the decode time
-// goes"), q.k's loop runs near its L2 compute rate and pays L3's latency on top, and P.V is at its
-// port limit: the i8 kernel is compute-bound from L2 and L3 alike. Dropped on the Zen 4 VM
-// (2 threads, 3 alternating rounds, against the prefetching schedule): q.k's horizontal sums
-// (~30% of the L3-resident kernel's samples) as one tree per row over 16 keys (a VectorReduce of
-// 256 lanes to 16, the keys in the lanes: 15 x (2 vpermt2ps + 1 add) per 16 keys and row), L3
-// 1.27x and the Skv 8192 caches 1.03-1.26x slower; q kept in registers (dot_rf over 16-key chunks,
-// the head dim in two passes of 4 vectors, no q loads in the key loop), 1.04-1.13x slower;
-// key_tile 2 and 4, 1.1-1.8x slower.
 #include <algorithm>
 
-#include "generator/kv_layout.h"
+#include "core/kv_layout.h"
 #include "schedules/schedule.h"
 
 namespace attngen {
@@ -261,7 +160,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     for (Func g : {f.q_amax, f.q_scale, f.q_sum}) g.compute_at(state, sp);
     f.q_i8.compute_at(state, sp).vectorize(d, 64, TailStrategy::GuardWithIf);
     // The keys in the lanes: a group's K part holds 4 adjacent bytes of the head dim of its 16
-    // slots in each 64-byte vector (generator/kv_layout.h), one vpdpbusd operand against the 4
+    // slots in each 64-byte vector (core/kv_layout.h), one vpdpbusd operand against the 4
     // bytes of a row's q broadcast: per (16 keys, 4 elements of the head dim) one load, one
     // xor into u8 and one vpdpbusd per row, and no horizontal sums. The head dim's 4-byte
     // groups alternate between two partial sums (an rfactor over kI8DotChains, dot_rf), so
@@ -281,7 +180,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     keys_in_lanes(dot_rf);
   } else if (spec.kv_type == Int(8)) {
     // An i8 cache without integer dot products: each 16-byte quarter of a K vector (4 keys x 4
-    // adjacent elements of the head dim, generator/kv_layout.h) widened to 16 f32 lanes and
+    // adjacent elements of the head dim, core/kv_layout.h) widened to 16 f32 lanes and
     // taken by one FMA per row against the row's 4 elements of q (a 128-bit broadcast): an
     // rfactor over the 4 elements (dq), summed per key at the end of the head dim.
     Var dq("dq"), s4o("s4o"), s4i("s4i"), lane("lane");
@@ -309,7 +208,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
                             PrefetchBoundStrategy::NonFaulting);
     }
   } else if (spec.kv_type.bits() == 16) {
-    // An f16 or bf16 cache (grouped K, generator/kv_layout.h): the keys in the lanes. Per group
+    // An f16 or bf16 cache (grouped K, core/kv_layout.h): the keys in the lanes. Per group
     // of 16 keys and element d of the head dim one load of 16 halves, one conversion to f32
     // and one FMA per row against q[d] broadcast, and no horizontal sums. The head dim's
     // elements alternate between q_chains partial sums (an rfactor, dot_rf), so that each row
@@ -416,7 +315,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(vp);
   } else if (f.rquad.defined()) {
     // An i8 cache without integer dot products: each 16-byte quarter of a V vector (4 elements
-    // of the head dim x 4 keys, generator/kv_layout.h) widened to one f32 vector for one FMA
+    // of the head dim x 4 keys, core/kv_layout.h) widened to one f32 vector for one FMA
     // per row against the 4 keys' weights repeated (a 128-bit broadcast): an rfactor over the 4
     // keys, summed per element at the end of the block.
     Var kq("kq"), dc("dc"), d4("d4"), dct("dct"), dcp("dcp");

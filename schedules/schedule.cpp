@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "generator/kv_layout.h"
+#include "core/kv_layout.h"
 
 namespace attngen {
 

@@ -2,21 +2,21 @@
 // generators call plan_*() (which fix the algorithm's units for a target: form, query tile, key
 // chunk) and then schedule_attention(), schedule_linear() and schedule_decode(); which schedule
 // a target gets is decided once, in schedule.cpp: autoscheduler -> CUDA -> SIMD CPU (AVX-512,
-// AVX2, SSE4.1, NEON) -> generic, by the target's row of the table (schedules/targets.h).
+// AVX2, SSE4.1, NEON) -> generic, by the target's row of the table (core/targets.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "Halide.h"
+#include "core/tunables.h"
 #include "generator/attention_algorithm.h"
 #include "generator/decode_algorithm.h"
 #include "schedules/target_info.h"
-#include "schedules/tunables.h"
 
 namespace attngen {
 
-// The tunables (AttentionTunables, LinearTunables, DecodeTunables) are in schedules/tunables.h;
+// The tunables (AttentionTunables, LinearTunables, DecodeTunables) are in core/tunables.h;
 // a variant names them (TUNABLES name=value), so a tuned set (schedules/tuned/<target>.json,
 // written by bench/autotune) reaches the schedule through attngen_add_kernel().
 
@@ -112,7 +112,7 @@ Halide::Internal::IRMutator* prefetch_lines_pass(const std::vector<PrefetchSpan>
 
 void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                           const DecodeTunables& t);
-// Bytes of a grouped cache's K part (generator/kv_layout.h) that one iteration of the decode's
+// Bytes of a grouped cache's K part (core/kv_layout.h) that one iteration of the decode's
 // q.k reads on a SIMD CPU (schedules/cpu_decode.cpp): the span of each of its prefetches of K
 // (and, for an i8 cache on the VNNI row, of V).
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info);

@@ -33,6 +33,8 @@ TargetInfo target_info(const Halide::Target& t) {
   return info;
 }
 
+const TargetRow& target_row_of(const Halide::Target& t) { return target_row(target_info(t).isa); }
+
 const char* isa_name(Isa isa) { return target_row(isa).name; }
 
 int lanes_dividing(int extent, const TargetInfo& info) {

@@ -1,9 +1,9 @@
 // What the schedules need to know about a Halide target: its row of the target table
-// (schedules/targets.h) and the helpers that size register tiles and cache chunks from it.
+// (core/targets.h) and the helpers that size register tiles and cache chunks from it.
 #pragma once
 
 #include "Halide.h"
-#include "schedules/targets.h"
+#include "core/targets.h"
 
 namespace attngen {
 
@@ -19,6 +19,10 @@ struct TargetInfo {
 };
 
 TargetInfo target_info(const Halide::Target& target);
+
+// The target table's row of a Halide target: what the generators hand the algorithm where the
+// target's native operations shape it (native exp, native f16 widening).
+const TargetRow& target_row_of(const Halide::Target& target);
 
 const char* isa_name(Isa isa);
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attngen/kernel.h"
-#include "schedules/targets.h"
+#include "core/targets.h"
 #include "tests/attention_tester.h"
 #include "tests/shapes.h"
 

@@ -1,5 +1,5 @@
 # Checks that the generated assembly of a kernel uses the ISA it was generated for: SIGNATURE is
-# the target table's instruction pattern for the ISA (schedules/targets.h, e.g. zmm FMAs), a list
+# the target table's instruction pattern for the ISA (core/targets.h, e.g. zmm FMAs), a list
 # when the kernel must show more than one (f16 read with vcvtph2ps: generator/variant_cli.cpp),
 # and FORBIDDEN (optional) instructions its CPU check does not cover.
 #   cmake -DASM=<file.s> "-DSIGNATURE=<regex>" ["-DFORBIDDEN=<regex>"] -P check_asm.cmake

@@ -191,7 +191,7 @@ Job mha_job(std::mt19937_64& rng, int64_t b, int64_t s, int64_t e, int64_t heads
   job.run = [=](std::vector<float>& out) {
     attngen_tensor y = poisoned(out, {b, s, e});
     const attngen_mha_weights w{&(*in)[1].t, &(*in)[2].t, &(*in)[3].t, &(*in)[4].t};
-    attngen_mha_options opt{};
+    attngen_mha_options opt = attngen_mha_options_default();
     opt.num_heads = heads;
     opt.mask = causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
     return attngen_mha(&(*in)[0].t, &w, &y, &opt);

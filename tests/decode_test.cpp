@@ -14,12 +14,13 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "core/targets.h"          // kDecodeLongKeys
 #include "runtime/src/internal.h"  // rt::int8_dot_kernel
-#include "schedules/targets.h"     // kDecodeLongKeys
 #include "tests/decode_tester.h"
 #include "tests/kv_dtype.h"
 #include "tests/reference.h"
@@ -39,9 +40,16 @@ std::vector<const attngen_kernel_info*> decode_kernels() {
 }
 
 // The int8 cache's bound against the float64 reference of the unquantised K and V: relative L2
-// error and max abs error / max|V| (docs/semantics.md, "Incremental decoding", has the
-// measurement behind them).
-constexpr double kI8RelL2 = 0.04, kI8MaxAbs = 0.1;
+// error and max abs error / max|V|, its dtype row's storage bound (core/dtype.h;
+// docs/semantics.md, "Incremental decoding", has the measurement behind them).
+constexpr double kI8RelL2 = attngen::dtype_row(attngen::DType::kI8).storage_rel_l2;
+constexpr double kI8MaxAbs = attngen::dtype_row(attngen::DType::kI8).storage_abs_per_max;
+
+// A cache dtype's storage bound (core/dtype.h): relative L2 error and max abs error / max|V|.
+std::pair<double, double> storage_bound(attngen_dtype d) {
+  const attngen::DTypeRow* r = attngen::dtype_row(d);
+  return {r->storage_rel_l2, r->storage_abs_per_max};
+}
 
 // Owns a cache; destroyed with the test.
 struct Cache {
@@ -185,7 +193,7 @@ void mha_steps_equal_mha_causal(attngen_dtype dtype, double rel_l2, double max_a
   out_w.fill_random(rng, -a, a);
   out_b.fill_random(rng, -a, a);
   const attngen_mha_weights w{&in_w.t, &in_b.t, &out_w.t, &out_b.t};
-  attngen_mha_options full{};
+  attngen_mha_options full = attngen_mha_options_default();
   full.num_heads = H;
   full.mask = ATTNGEN_MASK_CAUSAL;
   ASSERT_EQ(attngen_mha(&x.t, &w, &y_full.t, &full), ATTNGEN_OK) << attngen_last_error();
@@ -199,7 +207,7 @@ void mha_steps_equal_mha_causal(attngen_dtype dtype, double rel_l2, double max_a
   o.dtype = dtype;
   Cache cache;
   ASSERT_EQ(attngen_kv_cache_create(&o, &cache.cache), ATTNGEN_OK) << attngen_last_error();
-  attngen_mha_decode_options opt{};
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
   opt.num_heads = H;
   std::vector<double> got;
   got.reserve(static_cast<size_t>(B * S * E));
@@ -245,9 +253,9 @@ TEST(MhaDecode, StepsEqualMhaCausal) { mha_steps_equal_mha_causal(ATTNGEN_F32, 0
 
 // The layer's K and V go into f16 / i8 caches: the storage error only (docs/semantics.md).
 TEST(MhaDecode, F16AndI8Caches) {
-  mha_steps_equal_mha_causal(ATTNGEN_F16, 5e-3, 5e-3);
-  mha_steps_equal_mha_causal(ATTNGEN_BF16, 2e-2, 2e-2);
-  mha_steps_equal_mha_causal(ATTNGEN_I8, kI8RelL2, kI8MaxAbs);
+  for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16, ATTNGEN_I8}) {
+    mha_steps_equal_mha_causal(d, storage_bound(d).first, storage_bound(d).second);
+  }
 }
 
 // ---- Errors: named statuses, messages naming the argument, nothing written.
@@ -524,7 +532,7 @@ TEST_F(DecodeValidation, MhaDecodeErrors) {
   Storage x({kB, 1, E}, 0), in_w({3 * E, E}, 0), out_w({E, E}, 0), y({kB, 1, E}, 0);
   x.fill_random(rng, -1, 1);
   const attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
-  attngen_mha_decode_options opt{};
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
   opt.num_heads = 4;  // the cache has 2 kv heads of 64
   EXPECT_EQ(attngen_mha_decode(&x.t, &w, cache.cache, 1, &y.t, &opt), ATTNGEN_ERROR_SHAPE);
   EXPECT_NE(std::string(attngen_last_error()).find("expected num_heads = 4"), std::string::npos)
@@ -578,7 +586,9 @@ TEST(DecodeCacheDtype, WholeSequenceWithUnroundedKv) {
     attngen_dtype dtype;
     double rel_l2, max_abs;
   } cases[] = {
-      {ATTNGEN_F16, 5e-3, 5e-3}, {ATTNGEN_BF16, 2e-2, 2e-2}, {ATTNGEN_I8, kI8RelL2, kI8MaxAbs}};
+      {ATTNGEN_F16, storage_bound(ATTNGEN_F16).first, storage_bound(ATTNGEN_F16).second},
+      {ATTNGEN_BF16, storage_bound(ATTNGEN_BF16).first, storage_bound(ATTNGEN_BF16).second},
+      {ATTNGEN_I8, kI8RelL2, kI8MaxAbs}};
   for (const auto& c : cases) {
     DecodeTester()
         .batch(2)

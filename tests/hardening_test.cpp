@@ -325,7 +325,7 @@ TEST_F(HardeningAttention, MisalignedFloatDataIsRejected) {
   k16.dtype = ATTNGEN_F16;
   k16.data = reinterpret_cast<char*>(halves.data()) + 1;
   const int64_t shape[4] = {2, 7, 2, 64};
-  attngen_kv_cache_options o{};
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
   o.layers = 1;
   o.batch = 2;
   o.heads_kv = 2;
@@ -377,7 +377,7 @@ TEST(HardeningMha, EnumFieldsOutOfRange) {
   in_w.fill_random(rng, -0.1, 0.1);
   out_w.fill_random(rng, -0.1, 0.1);
   const attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = 2;
   store_int(opt.mask, -1);
   EXPECT_STATUS(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_INVALID_ARGUMENT);
@@ -777,7 +777,7 @@ class HardeningMhaDecode : public ::testing::Test {
   size_t cache_floats = 0;
   attngen_kv_cache* cache = nullptr;
   Storage x, in_w, in_b, out_w, out_b, y;
-  attngen_mha_decode_options opt{};
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
 };
 
 TEST_F(HardeningMhaDecode, ValidStepSucceeds) {

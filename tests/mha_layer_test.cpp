@@ -90,7 +90,7 @@ void forward_equals_mha(const LayerCase& c) {
   AnyTensor x(c.dtype, {c.b, c.s, c.e}, 0), y_mha(c.dtype, {c.b, c.s, c.e}, 0),
       y(c.dtype, {c.b, c.s, c.e}, 2);
   x.fill_random(rng, -1, 1);
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = c.h;
   opt.mask = c.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
   const int64_t nb = c.b;
@@ -162,7 +162,7 @@ TEST(MhaLayer, DecodeEqualsMhaDecode) {
       own_b(b, attngen_kv_cache_destroy);
   LayerPtr layer = make_layer(w.w, H);
   ASSERT_NE(layer, nullptr);
-  attngen_mha_decode_options opt{};
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
   opt.num_heads = H;
   std::vector<std::vector<double>> rows(static_cast<size_t>(B));
   for (int64_t p = 0; p < S;) {
@@ -216,7 +216,7 @@ TEST(MhaLayer, EveryIsaReadsItsOwnPanels) {
   ASSERT_NE(layer, nullptr);
   Storage x({B, S, E}, 0);
   x.fill_random(rng, -1, 1);
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = H;
   opt.mask = ATTNGEN_MASK_CAUSAL;
   int ran = 0;
@@ -330,7 +330,7 @@ TEST(MhaLayer, CallErrorsWriteNothing) {
   Storage x({B, S, E}, 0), y({B, S, E}, 0), y_short({B, S, E - 1}, 0), x_wide({B, S, E + 2}, 0);
   x.fill_random(rng, -1, 1);
   AnyTensor x16(ATTNGEN_F16, {B, S, E}, 0), y16(ATTNGEN_F16, {B, S, E}, 0);
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = H;
   EXPECT_STATUS(attngen_mha_layer_forward(nullptr, &x.t, &y.t, &opt), ATTNGEN_ERROR_NULL_POINTER,
                 "layer");
@@ -379,7 +379,7 @@ TEST(MhaLayer, CallErrorsWriteNothing) {
                 ATTNGEN_ERROR_NULL_POINTER, "layer");
   EXPECT_STATUS(attngen_mha_layer_decode(layer.get(), &xt.t, cache, 1, &yt.t, nullptr),
                 ATTNGEN_ERROR_INVALID_ARGUMENT, "layer");
-  attngen_mha_decode_options dopt{};
+  attngen_mha_decode_options dopt = attngen_mha_decode_options_default();
   dopt.num_heads = 1;
   EXPECT_STATUS(attngen_mha_layer_decode(layer.get(), &xt.t, cache, 0, &yt.t, &dopt),
                 ATTNGEN_ERROR_HEADS, "num_heads");

@@ -130,7 +130,7 @@ void run_case(const MhaCase& c, attngen_dtype dtype = ATTNGEN_F32,
     }
     attngen_mha_weights weights{&in_w.t(), c.bias ? &in_b.t() : nullptr, &out_w.t(),
                                 c.bias ? &out_b.t() : nullptr};
-    attngen_mha_options opt{};
+    attngen_mha_options opt = attngen_mha_options_default();
     opt.num_heads = c.h;
     opt.mask = c.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
     opt.kernel = kernel != nullptr ? kernel->name : nullptr;

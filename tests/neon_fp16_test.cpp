@@ -2,8 +2,8 @@
 // against the float64 reference: fresh random f16 inputs, the reference on the same (rounded)
 // values, relative L2 error within the f16 tolerance of docs/semantics.md, every output element
 // written. Skipped with a reason where the machine does not run them (no ARMv8.2-A FP16, or a
-// build without neonfp16 kernels). Self-contained (its own f16 conversions) until the shared
-// testers take dtypes.
+// build without neonfp16 kernels). Self-contained (the dtype rows' f16 conversions, core/dtype.h)
+// until the shared testers take dtypes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,56 +16,18 @@
 #include <vector>
 
 #include "attngen/attngen.h"
-#include "schedules/cpu_features.h"
+#include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "tests/reference.h"
 
 namespace attngen::test {
 namespace {
 
-constexpr double kF16Tolerance = 5e-3;  // relative L2 (docs/semantics.md, "Precision")
+// relative L2 (docs/semantics.md, "Precision"; the f16 row of core/dtype.h)
+constexpr double kF16Tolerance = attngen::dtype_row(attngen::DType::kF16).rel_l2;
 // A quiet f16 NaN with a payload no arithmetic produces: outputs are filled with it first.
 constexpr uint16_t kPoisonF16 = 0x7e5a;
 constexpr uint32_t kPoisonF32 = 0x7fc05a5au;
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(static_cast<float>(man), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    const uint32_t bits = sign | 0x7f800000u | (man << 13);
-    std::memcpy(&f, &bits, 4);
-    return f;
-  } else {
-    f = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
-  }
-  return sign ? -f : f;
-}
-
-// Round to nearest even; the inputs here are finite and well inside the f16 range.
-uint16_t float_to_half(float f) {
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  const float a = std::fabs(f);
-  if (a == 0.0f) return sign;
-  int e;
-  std::frexp(a, &e);                        // a = m * 2^e, m in [0.5, 1)
-  const int shift = std::max(e - 11, -24);  // the f16 ulp at a: 2^(e-11), subnormals 2^-24
-  const float units = std::nearbyint(std::ldexp(a, -shift));  // ties to even
-  const double rounded = std::ldexp(static_cast<double>(units), shift);
-  // Re-encode the rounded value (exact in f16).
-  int re;
-  std::frexp(rounded, &re);
-  uint16_t bits;
-  if (re - 1 < -14) {
-    bits = static_cast<uint16_t>(std::ldexp(rounded, 24));
-  } else {
-    const int exp = re - 1 + 15;
-    const uint16_t man = static_cast<uint16_t>(std::ldexp(rounded, 11 - re)) & 0x3ffu;
-    bits = static_cast<uint16_t>((exp << 10) | man);
-  }
-  return sign | bits;
-}
 
 struct Shape {
   int64_t batch, seq_q, seq_kv, heads_q, heads_kv, dqk, dv;
@@ -95,8 +57,8 @@ struct HalfTensor {
     for (int64_t d : shape) n *= d;
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (int64_t i = 0; i < n; ++i) {
-      bits.push_back(float_to_half(dist(rng)));
-      values.push_back(half_to_float(bits.back()));
+      bits.push_back(attngen::f32_to_f16(dist(rng)));
+      values.push_back(attngen::f16_to_f32(bits.back()));
     }
   }
   View view() const {
@@ -147,7 +109,7 @@ double run_and_check(const Shape& s, std::mt19937_64& rng) {
     float got;
     if (s.out_dtype == ATTNGEN_F16) {
       if (out16[i] == kPoisonF16) ++unwritten;
-      got = half_to_float(out16[i]);
+      got = attngen::f16_to_f32(out16[i]);
     } else {
       if (out32[i] == kPoisonF32) ++unwritten;
       std::memcpy(&got, &out32[i], 4);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attngen/attngen.h"
+#include "core/dtype.h"
 #include "tests/reference.h"
 
 namespace attngen::test {
@@ -133,20 +134,20 @@ struct Tolerance {
   double abs_floor;
 };
 
-// docs/semantics.md: f32 in and out; f16 and bf16 storage (inputs, and outputs unless F32) with
-// f32 accumulation. A call's bound is its inputs' dtype's (tolerance_dtype()).
-inline constexpr Tolerance kTolerances[] = {
-    {ATTNGEN_F32, 1e-5, 1e-5, 1e-6},
-    {ATTNGEN_F16, 5e-3, 0.0, 0.0},
-    {ATTNGEN_BF16, 2e-2, 0.0, 0.0},
-};
+// The bound of a call whose inputs are of `dtype` (a call's is its inputs' dtype's:
+// tolerance_dtype()), from the dtype rows (core/dtype.h); F32's for a dtype that has none.
+inline Tolerance tolerance_for(int32_t dtype) {
+  const attngen::DTypeRow* r = attngen::dtype_row(dtype);
+  if (r == nullptr || r->rel_l2 == 0) r = &attngen::dtype_row(attngen::DType::kF32);
+  return {static_cast<attngen_dtype>(dtype), r->rel_l2, r->abs_per_max, r->abs_floor};
+}
 
-inline const Tolerance& tolerance_of(attngen_dtype dtype) {
-  for (const Tolerance& t : kTolerances) {
-    if (t.dtype == dtype) return t;
+inline Tolerance tolerance_of(attngen_dtype dtype) {
+  const attngen::DTypeRow* r = attngen::dtype_row(dtype);
+  if (r == nullptr || r->rel_l2 == 0) {
+    ADD_FAILURE() << "no tolerance for dtype " << static_cast<int>(dtype);
   }
-  ADD_FAILURE() << "no tolerance for dtype " << static_cast<int>(dtype);
-  return kTolerances[0];
+  return tolerance_for(dtype);
 }
 
 // Seeds differ per run; failures print the seed (SCOPED_TRACE) so a case can be replayed by

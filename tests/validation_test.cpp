@@ -12,8 +12,8 @@
 #include "HalideRuntime.h"
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
-#include "schedules/cpu_features.h"
-#include "schedules/targets.h"
+#include "core/cpu_features.h"
+#include "core/targets.h"
 #include "tests/attention_call.h"
 #include "tests/tensor.h"
 
@@ -411,7 +411,7 @@ TEST(MhaValidation, HeadsAndWeights) {
   std::mt19937_64 rng(fresh_seed());
   x.fill_random(rng, -1, 1);
   attngen_mha_weights w{&in_w.t, nullptr, &out_w.t, nullptr};
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = 3;  // 128 % 3 != 0
   EXPECT_EQ(attngen_mha(&x.t, &w, &y.t, &opt), ATTNGEN_ERROR_HEADS);
   EXPECT_NE(std::string(attngen_last_error()).find("num_heads is 3"), std::string::npos);
@@ -505,7 +505,7 @@ TEST_F(DtypeValidation, Mha) {
       y(ATTNGEN_F16, {1, 4, e}, 0);
   for (AnyTensor* t : {&x, &in_w, &in_b, &out_w, &out_b}) t->fill_random(rng, -0.1, 0.1);
   attngen_mha_weights w{&in_w.t(), &in_b.t(), &out_w.t(), &out_b.t()};
-  attngen_mha_options opt{};
+  attngen_mha_options opt = attngen_mha_options_default();
   opt.num_heads = 1;
   const struct {
     AnyTensor* t;

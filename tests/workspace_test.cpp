@@ -481,7 +481,7 @@ TEST(Workspace, Mha) {
       std::vector<int32_t> kv_len = {21, 17};
       const attngen_tensor kv_len_t =
           attngen_tensor_contiguous(kv_len.data(), ATTNGEN_I32, 1, &batch);
-      attngen_mha_options opt{};
+      attngen_mha_options opt = attngen_mha_options_default();
       opt.num_heads = m.heads;
       opt.mask = m.causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
       opt.kv_len = &kv_len_t;
@@ -662,7 +662,7 @@ TEST(Workspace, MhaDecode) {
         << attngen_last_error();
     const std::unique_ptr<attngen_mha_layer, void (*)(attngen_mha_layer*)> owned(
         packed, attngen_mha_layer_destroy);
-    attngen_mha_decode_options opt{};
+    attngen_mha_decode_options opt = attngen_mha_decode_options_default();
     opt.num_heads = heads;
     size_t bytes = 0, bytes_t1 = 0, layer_bytes = 0;
     for (int64_t t : {1, 4}) {

@@ -2,7 +2,7 @@
 # on an x86-64 Debian host, and runs the results under qemu-user:
 #   cmake --preset armv7         (see CMakePresets.json; needs a host build's generator)
 # Packages: g++-arm-linux-gnueabihf, qemu-user-static (tools/setup.sh installs them).
-# The kernels are the target table's neon32 row (schedules/targets.h): Halide's arm-32-linux,
+# The kernels are the target table's neon32 row (core/targets.h): Halide's arm-32-linux,
 # whose code is LLVM's cortex-a9 with NEON (VFPv3-D32, 16 q registers), the same instruction set
 # as -march=armv7-a -mfpu=neon below, so host code and kernels agree on the FPU and the ABI.
 set(CMAKE_SYSTEM_NAME Linux)

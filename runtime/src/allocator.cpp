@@ -589,6 +589,8 @@ void CallScratch::area_for(const KernelNeed& need, int threads, KernelMemory& me
 
 void CallScratch::add_kernel(const KernelNeed& need, int threads) {
   kernel_max_ = std::max(kernel_max_, kernel_area_bytes(need, threads));
+  measured_need_.outer = std::max(measured_need_.outer, need.outer);
+  measured_need_.task = std::max(measured_need_.task, need.task);
 }
 
 size_t CallScratch::bytes() const {

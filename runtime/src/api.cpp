@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -232,6 +233,11 @@ namespace {
 // The need measured for the kernel's configuration (a size query's), or ATTNGEN_ERROR_WORKSPACE.
 bool workspace_need(Check& c, const attngen_kernel_info& kernel, const attngen_kernel_args& args,
                     KernelNeed* need) {
+  const CallScratch* scratch = CallScratch::current();
+  if (scratch != nullptr && scratch->planned_need() != nullptr) {
+    *need = *scratch->planned_need();
+    return true;
+  }
   if (find_need(kernel_key(kernel, args), need)) return true;
   return c.fail(ATTNGEN_ERROR_WORKSPACE,
                 "a workspace is bound, but no workspace size query of this process measured "
@@ -351,9 +357,29 @@ attngen_tensor attngen_tensor_contiguous(void* data, attngen_dtype dtype, int32_
 
 attngen_attention_options attngen_attention_options_default(void) {
   attngen_attention_options o{};
+  o.struct_size = sizeof o;
   o.mask = ATTNGEN_MASK_NONE;
   o.alignment = ATTNGEN_ALIGN_BOTTOM_RIGHT;
   return o;
+}
+
+attngen_mha_options attngen_mha_options_default(void) {
+  attngen_mha_options o{};
+  o.struct_size = sizeof o;
+  o.mask = ATTNGEN_MASK_NONE;
+  o.alignment = ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  return o;
+}
+
+int32_t attngen_version(void) { return ATTNGEN_VERSION; }
+
+const char* attngen_version_string(void) {
+#define ATTNGEN_STR_(x) #x
+#define ATTNGEN_STR(x) ATTNGEN_STR_(x)
+  return ATTNGEN_STR(ATTNGEN_VERSION_MAJOR) "." ATTNGEN_STR(ATTNGEN_VERSION_MINOR) "." ATTNGEN_STR(
+      ATTNGEN_VERSION_PATCH);
+#undef ATTNGEN_STR
+#undef ATTNGEN_STR_
 }
 
 }  // extern "C"
@@ -590,26 +616,33 @@ attngen_status finish_size(const Check& c, const CallScratch& scratch, size_t* b
   return finish(c, kernel);
 }
 
-// attngen_attention() and its size query (mode kSize: nothing written, *bytes the workspace).
-attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_tensor* k,
-                         const attngen_tensor* v, attngen_tensor* out,
-                         const attngen_attention_options* options, size_t* bytes) {
-  Check c;
-  CallScratch scratch(mode);
-  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
-  AttentionCall call{q, k, v, out,
-                     options != nullptr ? *options : attngen_attention_options_default()};
-  if (!validate_attention(c, scratch, call)) return finish(c, nullptr);
+// What validation and kernel selection decided for an attention call: its kernel, and whether
+// the call's F16 / BF16 tensors are staged in F32 for it. An attention plan keeps one.
+struct AttentionChoice {
+  const attngen_kernel_info* kernel = nullptr;
   bool convert = false;
-  const attngen_kernel_info* kernel =
-      select_or_convert(c, attention_query(call), call.opt.kernel, &convert);
-  if (kernel == nullptr) return finish(c, nullptr);
+};
+
+// Validates a call (options read by the ABI rule) and chooses its kernel; false, c saying why,
+// on bad input or no kernel.
+bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
+                       const attngen_attention_options* options, AttentionChoice* choice) {
+  if (!read_options(c, options, "options", &call.opt) || !validate_attention(c, scratch, call)) {
+    return false;
+  }
+  choice->kernel = select_or_convert(c, attention_query(call), call.opt.kernel, &choice->convert);
+  return choice->kernel != nullptr;
+}
+
+// Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing).
+void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
+                       const AttentionChoice& choice) {
   F32Staging staging;
   attngen_tensor q32, k32, v32, out32;
-  if (convert) {
-    if (!staging.input(c, *q, "q", &q32) || !staging.input(c, *k, "k", &k32) ||
-        !staging.input(c, *v, "v", &v32) || !staging.output(c, *out, "out", &out32)) {
-      return finish(c, nullptr);
+  if (choice.convert) {
+    if (!staging.input(c, *call.q, "q", &q32) || !staging.input(c, *call.k, "k", &k32) ||
+        !staging.input(c, *call.v, "v", &v32) || !staging.output(c, *call.out, "out", &out32)) {
+      return;
     }
     call.q = &q32;
     call.k = &k32;
@@ -618,12 +651,25 @@ attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_t
   }
   AttentionViews views;
   attngen_kernel_args args;
-  if (attention_args(c, scratch, call, *kernel, views, args) &&
-      run_kernel(c, kernel, args) == ATTNGEN_OK) {
+  if (attention_args(c, scratch, call, *choice.kernel, views, args) &&
+      run_kernel(c, choice.kernel, args) == ATTNGEN_OK) {
     staging.commit();
   }
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
-  return finish(c, kernel);
+}
+
+// attngen_attention() and its size query (mode kSize: nothing written, *bytes the workspace).
+attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_tensor* k,
+                         const attngen_tensor* v, attngen_tensor* out,
+                         const attngen_attention_options* options, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  AttentionCall call{q, k, v, out, attngen_attention_options_default()};
+  AttentionChoice choice;
+  if (!prepare_attention(c, scratch, call, options, &choice)) return finish(c, nullptr);
+  execute_attention(c, scratch, call, choice);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
+  return finish(c, choice.kernel);
 }
 
 attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tensor* w,
@@ -725,13 +771,14 @@ attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_wei
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
-  if (!c.ok()) return finish(c, nullptr);
-  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "S", /*floating=*/true)) {
+  attngen_mha_options opt = attngen_mha_options_default();
+  if (!c.ok() || !read_options(c, options, "options", &opt)) return finish(c, nullptr);
+  if (!check_mha_layer(c, x, *weights, y, opt.num_heads, "S", /*floating=*/true)) {
     return finish(c, nullptr);
   }
   CallerWeights caller(weights->in_proj_weight, weights->in_proj_bias, "in_proj_bias",
                        weights->out_proj_weight, weights->out_proj_bias);
-  return run_mha(c, scratch, mode, x, caller, y, *options, bytes);
+  return run_mha(c, scratch, mode, x, caller, y, opt, bytes);
 }
 
 // attngen_mha_layer_forward() and its size query.
@@ -740,12 +787,95 @@ attngen_status layer_forward(CallMode mode, attngen_mha_layer* layer, const attn
   Check c;
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
-  attngen_mha_options opt{};
-  if (options != nullptr) opt = *options;
-  if (!check_layer_call(c, layer, x, y, "S", &opt.num_heads)) return finish(c, nullptr);
+  attngen_mha_options opt = attngen_mha_options_default();
+  if (!read_options(c, options, "options", &opt) ||
+      !check_layer_call(c, layer, x, y, "S", &opt.num_heads)) {
+    return finish(c, nullptr);
+  }
   LayerSource source(layer->layer);
   return run_mha(c, scratch, mode, x, source, y, opt, bytes);
 }
+
+// The descriptions an attention plan keeps: copies of the call's tensors (data pointers
+// cleared) and options, whose tensor pointers point at the copies.
+struct AttentionDescriptions {
+  attngen_tensor q{}, k{}, v{}, out{}, kv_len{}, mask_tensor{}, layout{}, weights{}, lse{};
+  attngen_attention_options opt{};
+
+  void keep(const AttentionCall& call) {
+    q = *call.q;
+    k = *call.k;
+    v = *call.v;
+    out = *call.out;
+    opt = call.opt;
+    opt.kernel = nullptr;  // resolved into the plan's choice
+    const auto copy = [](const attngen_tensor* from, attngen_tensor& to) -> attngen_tensor* {
+      if (from == nullptr) return nullptr;
+      to = *from;
+      return &to;
+    };
+    opt.kv_len = copy(call.opt.kv_len, kv_len);
+    opt.mask_tensor = copy(call.opt.mask_tensor, mask_tensor);
+    opt.pattern.layout = copy(call.opt.pattern.layout, layout);
+    opt.weights = copy(call.opt.weights, weights);
+    opt.lse = copy(call.opt.lse, lse);
+    for (attngen_tensor* t : {&q, &k, &v, &out, &kv_len, &mask_tensor, &layout, &weights, &lse}) {
+      t->data = nullptr;
+    }
+  }
+
+  // The descriptions over one run's data, into `to` (whose option pointers point into it);
+  // false (c says why) where the data gives a pointer for a tensor the plan does not have.
+  bool over(Check& c, const attngen_attention_data& d, AttentionDescriptions& to) const {
+    to = *this;
+    to.q.data = const_cast<void*>(d.q);
+    to.k.data = const_cast<void*>(d.k);
+    to.v.data = const_cast<void*>(d.v);
+    to.out.data = d.out;
+    const struct {
+      const attngen_tensor* planned;
+      attngen_tensor* run;
+      const attngen_tensor** option;
+      const void* data;
+      const char* name;
+    } optional[] = {
+        {opt.kv_len, &to.kv_len, &to.opt.kv_len, d.kv_len, "kv_len"},
+        {opt.mask_tensor, &to.mask_tensor, &to.opt.mask_tensor, d.mask_tensor, "mask_tensor"},
+        {opt.pattern.layout, &to.layout, &to.opt.pattern.layout, d.layout, "layout"},
+    };
+    for (const auto& o : optional) {
+      if (o.planned == nullptr && o.data != nullptr) {
+        return c.fail(
+            ATTNGEN_ERROR_INVALID_ARGUMENT,
+            std::string("data.") + o.name + " is set, but the plan's call has no " + o.name);
+      }
+      if (o.planned != nullptr) {
+        o.run->data = const_cast<void*>(o.data);
+        *o.option = o.run;
+      }
+    }
+    const struct {
+      const attngen_tensor* planned;
+      attngen_tensor* run;
+      attngen_tensor** option;
+      void* data;
+      const char* name;
+    } outputs[] = {{opt.weights, &to.weights, &to.opt.weights, d.weights, "weights"},
+                   {opt.lse, &to.lse, &to.opt.lse, d.lse, "lse"}};
+    for (const auto& o : outputs) {
+      if (o.planned == nullptr && o.data != nullptr) {
+        return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, std::string("data.") + o.name +
+                                                          " is set, but the plan's call has no " +
+                                                          o.name + " output");
+      }
+      if (o.planned != nullptr) {
+        o.run->data = o.data;
+        *o.option = o.run;
+      }
+    }
+    return true;
+  }
+};
 
 }  // namespace
 }  // namespace attngen::rt
@@ -764,6 +894,87 @@ attngen_status attngen_attention_workspace_size(const attngen_tensor* q, const a
                                                 size_t* bytes) {
   return attention(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out), options, bytes);
 }
+
+attngen_attention_data attngen_attention_data_default(void) {
+  attngen_attention_data d{};
+  d.struct_size = sizeof d;
+  return d;
+}
+
+}  // extern "C"
+
+struct attngen_attention_plan {
+  AttentionDescriptions described;
+  AttentionChoice choice;
+  KernelNeed need;   // of the kernel's runs, measured when the plan was made
+  size_t bytes = 0;  // the workspace a run needs
+};
+
+extern "C" {
+
+attngen_status attngen_attention_plan_create(const attngen_tensor* q, const attngen_tensor* k,
+                                             const attngen_tensor* v, const attngen_tensor* out,
+                                             const attngen_attention_options* options,
+                                             attngen_attention_plan** plan) {
+  Check c;
+  if (plan == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+    return finish(c, nullptr);
+  }
+  *plan = nullptr;
+  CallScratch scratch(CallMode::kSize);
+  AttentionCall call{q, k, v, const_cast<attngen_tensor*>(out),
+                     attngen_attention_options_default()};
+  AttentionChoice choice;
+  if (!prepare_attention(c, scratch, call, options, &choice)) return finish(c, nullptr);
+  AttentionCall measured = call;  // execute_attention() points it at its F32 staging
+  execute_attention(c, scratch, measured, choice);
+  if (!c.ok()) return finish(c, nullptr);
+  attngen_attention_plan* p = new (std::nothrow) attngen_attention_plan;
+  if (p == nullptr) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
+    return finish(c, nullptr);
+  }
+  p->described.keep(call);
+  p->choice = choice;
+  p->need = scratch.measured_need();
+  p->bytes = scratch.bytes();
+  *plan = p;
+  return finish(c, choice.kernel);
+}
+
+attngen_status attngen_attention_plan_workspace_size(const attngen_attention_plan* plan,
+                                                     size_t* bytes) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (bytes == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (c.ok()) *bytes = plan->bytes;
+  return finish(c, c.ok() ? plan->choice.kernel : nullptr);
+}
+
+const char* attngen_attention_plan_kernel(const attngen_attention_plan* plan) {
+  return plan != nullptr ? plan->choice.kernel->name : "";
+}
+
+attngen_status attngen_attention_plan_run(const attngen_attention_plan* plan,
+                                          const attngen_attention_data* data) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
+  attngen_attention_data d = attngen_attention_data_default();
+  AttentionDescriptions run;
+  if (!c.ok() || !read_options(c, data, "data", &d) || !plan->described.over(c, d, run)) {
+    return finish(c, nullptr);
+  }
+  CallScratch scratch(CallMode::kRun);
+  scratch.set_planned_need(&plan->need);
+  AttentionCall call{&run.q, &run.k, &run.v, &run.out, run.opt};
+  if (!validate_attention(c, scratch, call)) return finish(c, nullptr);
+  execute_attention(c, scratch, call, plan->choice);
+  return finish(c, plan->choice.kernel);
+}
+
+void attngen_attention_plan_destroy(attngen_attention_plan* plan) { delete plan; }
 
 attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
                               const attngen_tensor* bias, attngen_tensor* y) {

@@ -15,9 +15,6 @@ namespace attngen::rt {
 
 namespace {
 
-uint32_t bits_of(float f) { return f32_bits(f); }
-float float_of(uint32_t u) { return f32_from_bits(u); }
-
 // One row of n elements: F16 / BF16 / F32 -> F32.
 void row_to_f32(const void* src, attngen_dtype dtype, float* dst, int64_t n) {
   if (dtype == ATTNGEN_F32) {
@@ -65,53 +62,6 @@ void for_each_row(const attngen_tensor& t, Row row) {
 }
 
 }  // namespace
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));  // Inf, NaN (payload)
-  if (exp != 0) return float_of(sign | ((exp + 112) << 23) | (mant << 13));
-  if (mant == 0) return float_of(sign);
-  // Subnormal, mant * 2^-24: normalise (every one is a normal float32).
-  uint32_t e = 113;
-  while ((mant & 0x400u) == 0) {
-    mant <<= 1;
-    --e;
-  }
-  return float_of(sign | (e << 23) | ((mant & 0x3ffu) << 13));
-}
-
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = bits_of(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u | ((a >> 13) & 0x3ffu);  // NaN, quiet
-  // 65520 (halfway between the largest binary16, 65504, and 2^16) and above round to Inf.
-  if (a >= 0x477ff000u) return sign | 0x7c00u;
-  if (a >= 0x38800000u) {  // a normal binary16 (>= 2^-14): rebias, round the 13 dropped bits
-    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
-    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-  }
-  if (a <= 0x33000000u) return sign;  // at most 2^-25, half the smallest subnormal: to even, 0
-  // A binary16 subnormal m * 2^-24: the float's 24-bit significand shifted right, to even.
-  const uint32_t e = a >> 23;
-  const uint32_t significand = (a & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126 - e;  // 14 .. 24
-  uint32_t m = significand >> shift;
-  const uint32_t rest = significand & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (m & 1u))) ++m;  // may carry into the smallest normal
-  return static_cast<uint16_t>(sign | m);
-}
-
-float bf16_to_f32(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = bits_of(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
-  // Round the 16 dropped bits to even; a carry moves into the exponent (up to Inf) correctly.
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
 
 F32Staging::~F32Staging() {
   for (int i = 0; i < count_; ++i) {

@@ -1,5 +1,5 @@
 // Element conversions of the runtime (the F32 staging of api.cpp, the KV cache's append): f32 <->
-// f16 and bf16 by bit manipulation (round to nearest even, infinities and NaNs kept; convert.cpp),
+// f16 and bf16 by bit manipulation (round to nearest even, infinities and NaNs kept; core/dtype.h),
 // and the symmetric int8 quantisation of one row. Portable C++, no F16C or other ISA needed.
 #pragma once
 
@@ -9,28 +9,19 @@
 #include <limits>
 
 #include "attngen/attngen.h"
+#include "core/dtype.h"
 
 namespace attngen::rt {
 
-inline uint32_t f32_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  return x;
-}
-
-inline float f32_from_bits(uint32_t x) {
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
-
-// IEEE conversions between float32 and binary16 / bfloat16 bits (convert.cpp): rounding to
-// nearest even, subnormals kept, overflow to infinity, NaN stays NaN (quiet, sign and leading
-// payload bits kept). Checked exhaustively by tests/dtype_test.cpp.
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// IEEE conversions between float32 and binary16 / bfloat16 bits, the dtype rows' (core/dtype.h):
+// rounding to nearest even, subnormals kept, overflow to infinity, NaN stays NaN (quiet, sign and
+// leading payload bits kept). Checked exhaustively by tests/dtype_test.cpp.
+using attngen::bf16_to_f32;
+using attngen::f16_to_f32;
+using attngen::f32_bits;
+using attngen::f32_from_bits;
+using attngen::f32_to_bf16;
+using attngen::f32_to_f16;
 
 // Element i of an F32, F16 or BF16 row as f32.
 inline float load_f32(const void* row, attngen_dtype dtype, int64_t i) {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/cpu_features.h"
+#include "core/targets.h"
 #include "runtime/src/internal.h"
-#include "schedules/cpu_features.h"
-#include "schedules/targets.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #include <immintrin.h>

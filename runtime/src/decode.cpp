@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/targets.h"
 #include "runtime/src/kv_cache.h"
 #include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
-#include "schedules/targets.h"
 
 namespace attngen::rt {
 
@@ -57,7 +57,7 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
 }
 
 // A decode kernel of each form (registry.cpp's form_rank): the default one for calls whose longest
-// sequence fills fewer than kDecodeLongKeys slots (schedules/targets.h), a KEY_BLOCK one from
+// sequence fills fewer than kDecodeLongKeys slots (core/targets.h), a KEY_BLOCK one from
 // there; the same kernel for both where only one fits the call, one is named, or the call needs
 // only one form.
 struct DecodeKernels {
@@ -202,9 +202,11 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && bytes == nullptr)
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
-  const attngen_decode_options opt =
-      options != nullptr ? *options : attngen_decode_options_default();
-  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
+  attngen_decode_options opt = attngen_decode_options_default();
+  if (!c.ok() || !read_options(c, options, "options", &opt) ||
+      !check_cache_layer(c, cache, layer)) {
+    return finish(c, nullptr);
+  }
   const attngen_kv_cache_options& o = cache->options;
   // q and out of any floating-point dtype here; dispatch finds a kernel that takes them.
   const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
@@ -432,12 +434,16 @@ attngen_status mha_decode(CallMode mode, const attngen_tensor* x,
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
   if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
   if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
-  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
-  if (!check_mha_layer(c, x, *weights, y, options->num_heads, "t")) return finish(c, nullptr);
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
+  if (!c.ok() || !read_options(c, options, "options", &opt) ||
+      !check_cache_layer(c, cache, layer)) {
+    return finish(c, nullptr);
+  }
+  if (!check_mha_layer(c, x, *weights, y, opt.num_heads, "t")) return finish(c, nullptr);
   CallerWeights own(weights->in_proj_weight, weights->in_proj_bias, "in_proj_bias",
                     weights->out_proj_weight, weights->out_proj_bias);
-  return run_mha_decode(c, scratch, mode, x, own, weights, cache, layer, y, options->num_heads,
-                        options->counts, options->kv_splits, bytes);
+  return run_mha_decode(c, scratch, mode, x, own, weights, cache, layer, y, opt.num_heads,
+                        opt.counts, opt.kv_splits, bytes);
 }
 
 // attngen_mha_layer_decode() and its size query.
@@ -448,9 +454,11 @@ attngen_status layer_decode(CallMode mode, attngen_mha_layer* mha, const attngen
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && bytes == nullptr)
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
-  if (!c.ok() || !check_cache_layer(c, cache, layer)) return finish(c, nullptr);
-  attngen_mha_decode_options opt{};
-  if (options != nullptr) opt = *options;
+  attngen_mha_decode_options opt = attngen_mha_decode_options_default();
+  if (!c.ok() || !read_options(c, options, "options", &opt) ||
+      !check_cache_layer(c, cache, layer)) {
+    return finish(c, nullptr);
+  }
   if (!check_layer_call(c, mha, x, y, "t", &opt.num_heads, /*f32_only=*/true)) {
     return finish(c, nullptr);
   }
@@ -467,7 +475,17 @@ using namespace attngen::rt;
 
 extern "C" {
 
-attngen_decode_options attngen_decode_options_default(void) { return attngen_decode_options{}; }
+attngen_decode_options attngen_decode_options_default(void) {
+  attngen_decode_options o{};
+  o.struct_size = sizeof o;
+  return o;
+}
+
+attngen_mha_decode_options attngen_mha_decode_options_default(void) {
+  attngen_mha_decode_options o{};
+  o.struct_size = sizeof o;
+  return o;
+}
 
 attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
                               attngen_tensor* out, const attngen_decode_options* options) {

@@ -47,6 +47,22 @@ class Check {
   std::string message_;
 };
 
+// The ABI rule of the options structs (attngen.h, "Versions and the ABI rule"): reads `in` into
+// *out, which holds the defaults (`in` NULL: they stay): the fields within in->struct_size, or
+// fails with ATTNGEN_ERROR_INVALID_ARGUMENT naming `name`.struct_size. first_size: the struct's
+// size when it was first published (every field up to its last in version 0.2); fields appended
+// later keep their defaults for a caller whose struct_size stops before them.
+bool read_options_bytes(Check& c, const void* in, size_t struct_size, size_t first_size,
+                        size_t known_size, const char* name, void* out);
+
+template <typename T>
+bool read_options(Check& c, const T* in, const char* name, T* out, size_t first_size = sizeof(T)) {
+  if (in == nullptr) return true;
+  if (!read_options_bytes(c, in, in->struct_size, first_size, sizeof(T), name, out)) return false;
+  out->struct_size = sizeof(T);
+  return true;
+}
+
 // What a tensor argument must look like. dims names each dimension, outermost first, and so
 // fixes the rank ("B", "S", "H", "D" -> "q.shape[1] (Sq)").
 struct TensorSpec {
@@ -194,7 +210,7 @@ bool extension_pays(const char* isa);
 // bf16 kernels as extension_pays(isa).
 bool extension_pays(const attngen_kernel_info& kernel);
 // Whether a decode kernel quantises q per row and takes q.k as integer dot products: one over an
-// i8 cache on a row with them (attngen::row_int8_dots, schedules/targets.h).
+// i8 cache on a row with them (attngen::row_int8_dots, core/targets.h).
 bool int8_dot_kernel(const attngen_kernel_info& kernel);
 
 // Whether some kernel of the query's dtypes might fit it (a conservative filter: op, dtypes, the

@@ -1,6 +1,6 @@
 // The KV cache: storage per layer and sequence in the layout the decode kernels read
 // ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in an F32 cache; an I8,
-// F16 or BF16 cache's in groups of 16 slots, generator/kv_layout.h, and an I8 cache's scales
+// F16 or BF16 cache's in groups of 16 slots, core/kv_layout.h, and an I8 cache's scales
 // after all layers),
 // lengths per used layer and sequence, appends (converting from F32, F16 or BF16) with full
 // validation before anything is written.
@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #endif
 
-#include "generator/kv_layout.h"
+#include "core/kv_layout.h"
 #include "runtime/src/convert.h"
 #include "runtime/src/workspace.h"
 
@@ -58,7 +58,7 @@ int64_t& length_of(attngen_kv_cache& cache, int64_t layer, int64_t b) {
 }
 
 bool is_i8(const attngen_kv_cache_options& o) { return o.dtype == ATTNGEN_I8; }
-// Every cache but an F32 one keeps its slots in groups (generator/kv_layout.h).
+// Every cache but an F32 one keeps its slots in groups (core/kv_layout.h).
 bool is_grouped(const attngen_kv_cache_options& o) { return o.dtype != ATTNGEN_F32; }
 int64_t element_bytes(const attngen_kv_cache_options& o) {
   return static_cast<int64_t>(dtype_size(o.dtype));
@@ -116,7 +116,8 @@ bool check_input_dtype(Check& c, const attngen_tensor* t, const char* name) {
 bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv_cache_options& o,
                    size_t& bytes) {
   if (options == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL");
-  o = *options;
+  o = attngen_kv_cache_options_default();
+  if (!read_options(c, options, "options", &o)) return false;
   if (o.head_dim_v == 0) o.head_dim_v = o.head_dim_qk;
   const struct {
     int64_t value;
@@ -396,7 +397,7 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         const auto* v_row = static_cast<const uint8_t*>(v.data) +
                             (b * v.strides[0] + i * v.strides[1] + h * v.strides[2]) * v_size;
         // Where the slot's K and V go: one after the other, or in a grouped cache's group
-        // (generator/kv_layout.h), K spread over the group's K part, and V over its V part (I8)
+        // (core/kv_layout.h), K spread over the group's K part, and V over its V part (I8)
         // or as a row of it (16-bit elements: one lane a slot).
         uint8_t* k_data = cache.data + row * width;
         uint8_t* v_data = k_data + o.head_dim_qk * esize;
@@ -505,6 +506,7 @@ extern "C" {
 
 attngen_kv_cache_options attngen_kv_cache_options_default(void) {
   attngen_kv_cache_options o{};
+  o.struct_size = sizeof o;
   o.dtype = ATTNGEN_F32;
   o.window = -1;
   return o;

@@ -11,7 +11,7 @@
 struct attngen_kv_cache {
   attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
   // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot; an I8, F16 or BF16
-  // cache's slots in groups of 16 (generator/kv_layout.h), the capacity rounded up to whole groups
+  // cache's slots in groups of 16 (core/kv_layout.h), the capacity rounded up to whole groups
   uint8_t* data = nullptr;
   float* scales = nullptr;  // I8 only: [layers, B, Hkv, 16 * groups, 2], K's scale then V's
   bool owned = false;       // storage allocated by the cache
@@ -64,7 +64,7 @@ size_t append_scratch_floats(const attngen_kv_cache& cache);
 // One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] of the cache's dtype
 // (slots <= capacity) whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the
 // storage. An I8 cache's: [B, Hkv, ceil(slots / 16), bytes of a group's K or V part], its groups
-// of slots (generator/kv_layout.h).
+// of slots (core/kv_layout.h).
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
                            int64_t slots);
 

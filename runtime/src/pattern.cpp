@@ -1,10 +1,10 @@
 // Sparse attention patterns on the host side, for tools that draw or count them: the
-// definitions of generator/pattern.h, which the kernels evaluate in generated code. Every input
+// definitions of core/pattern.h, which the kernels evaluate in generated code. Every input
 // is defined: positions are evaluated exactly (no int64 overflow at either end, in 64-bit
 // arithmetic: 32-bit targets have no __int128), a pattern whose parameters a call would reject
 // answers 0, and a block-sparse layout is checked like any tensor argument before an entry is
 // read.
-#include "generator/pattern.h"
+#include "core/pattern.h"
 
 #include <cstdint>
 

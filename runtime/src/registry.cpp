@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
+#include "core/targets.h"
 #include "runtime/src/internal.h"
-#include "schedules/cpu_features.h"
-#include "schedules/targets.h"
 
 extern "C" const attngen_kernel_info* const attngen_builtin_kernels[];
 
@@ -163,9 +163,12 @@ bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
 // Whether k is preferred to best, both fitting the call.
 bool better(const attngen_kernel_info& k, const attngen_kernel_info& best, const KernelQuery& q) {
   if (isa_rank(k) != isa_rank(best)) return isa_rank(k) > isa_rank(best);
-  // A specialised kernel before a generic one; among generic ones the least padding.
+  // A specialised kernel before a generic one; among generic ones the least padding, then the
+  // one without an extra output the call does not ask for.
   if (k.generic != best.generic) return !k.generic;
-  if (k.generic) return k.head_dim_qk + k.head_dim_v < best.head_dim_qk + best.head_dim_v;
+  if (k.generic && k.head_dim_qk + k.head_dim_v != best.head_dim_qk + best.head_dim_v) {
+    return k.head_dim_qk + k.head_dim_v < best.head_dim_qk + best.head_dim_v;
+  }
   if (form_rank(k, q) != form_rank(best, q)) return form_rank(k, q) > form_rank(best, q);
   return better_tile(k, best, q);
 }

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
+#include "core/dtype.h"
 #include "runtime/src/internal.h"
 
 namespace attngen::rt {
@@ -27,16 +29,48 @@ bool Check::fail(attngen_status status, std::string message) {
   return false;
 }
 
-bool is_dtype(int32_t v) { return v >= ATTNGEN_F32 && v <= ATTNGEN_I8; }
+bool read_options_bytes(Check& c, const void* in, size_t struct_size, size_t first_size,
+                        size_t known_size, const char* name, void* out) {
+  // A struct a later version grows stays far below this; a larger value is garbage, which must
+  // not make the check below read that far.
+  constexpr size_t kMaxStructSize = 4096;
+  // The message's strings only on failure: a call in a workspace makes no heap allocation.
+  const auto field = [name] { return std::string(name) + ".struct_size"; };
+  if (struct_size < first_size) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  field() + " is " + std::to_string(struct_size) + ", expected at least " +
+                      std::to_string(first_size) +
+                      " (start from the struct's attngen_*_options_default(), which sets it)");
+  }
+  if (struct_size > kMaxStructSize) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, field() + " is " + std::to_string(struct_size) +
+                                                      ", more than any options struct's " +
+                                                      std::to_string(kMaxStructSize) + " bytes");
+  }
+  const unsigned char* bytes = static_cast<const unsigned char*>(in);
+  for (size_t i = known_size; i < struct_size; ++i) {
+    if (bytes[i] != 0) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    field() + " is " + std::to_string(struct_size) + " and byte " +
+                        std::to_string(i) + " is set: an option this library (" +
+                        attngen_version_string() + ", " + std::to_string(known_size) +
+                        " bytes) does not know");
+    }
+  }
+  std::memcpy(out, in, struct_size < known_size ? struct_size : known_size);
+  return true;
+}
+
+bool is_dtype(int32_t v) { return attngen::dtype_row(v) != nullptr; }
 
 const char* dtype_name(int32_t dtype) {
-  static const char* const kNames[] = {"F32", "F16", "BF16", "BOOL", "I32", "I8"};
-  return is_dtype(dtype) ? kNames[dtype] : "unknown dtype";
+  const attngen::DTypeRow* row = attngen::dtype_row(dtype);
+  return row != nullptr ? row->c_name : "unknown dtype";
 }
 
 size_t dtype_size(int32_t dtype) {
-  static const size_t kSizes[] = {4, 2, 2, 1, 4, 1};
-  return is_dtype(dtype) ? kSizes[dtype] : 0;
+  const attngen::DTypeRow* row = attngen::dtype_row(dtype);
+  return row != nullptr ? static_cast<size_t>(row->bytes) : 0;
 }
 
 namespace {

@@ -157,6 +157,12 @@ class CallScratch {
   void area_for(const KernelNeed& need, int threads, KernelMemory& memory);
   // kSize: a kernel run of that need; bytes() covers the largest.
   void add_kernel(const KernelNeed& need, int threads);
+  // kSize: the largest need of the kernel runs measured (add_kernel()).
+  const KernelNeed& measured_need() const { return measured_need_; }
+  // A plan's run: the need of its kernel measured when the plan was made, in place of the
+  // process-wide measurements of the size queries (nullptr: those).
+  void set_planned_need(const KernelNeed* need) { planned_need_ = need; }
+  const KernelNeed* planned_need() const { return planned_need_; }
   // kSize: the workspace bytes the call needs (alignment slack and guards included).
   size_t bytes() const;
 
@@ -171,6 +177,8 @@ class CallScratch {
   size_t capacity_ = 0;            // its bytes from base_
   size_t used_ = kWorkspaceGuard;  // runtime buffers so far (after the head guard)
   size_t kernel_max_ = 0;          // kSize: the largest kernel area
+  KernelNeed measured_need_;
+  const KernelNeed* planned_need_ = nullptr;
   static constexpr int kMaxHeap = 16;
   void* heap_[kMaxHeap] = {};
   int heap_count_ = 0;

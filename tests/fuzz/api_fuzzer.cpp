@@ -49,7 +49,6 @@ namespace {
 using attngen::test::BFloat16;
 using attngen::test::ElementTraits;
 using attngen::test::Half;
-using attngen::test::kTolerances;
 using attngen::test::RefAttention;
 using attngen::test::Tolerance;
 using attngen::test::View;
@@ -571,6 +570,54 @@ struct Call {
   }
 };
 
+// The arguments of an attention call that returned `status`, through a plan: its creation
+// returns the same status (and no plan on error); on success, its run over the same data writes
+// what the call wrote, bit for bit (the outputs poisoned again first, inputs left intact). Every
+// fourth call, as creation measures the kernel twice.
+void check_plan(Call& c, attngen_status status, const attngen_tensor* q, const attngen_tensor* k,
+                const attngen_tensor* v, const attngen_tensor* out,
+                const attngen_attention_options* o) {
+  static uint64_t planned = 0;
+  if (planned++ % 4 != 0) return;
+  std::vector<std::vector<uint8_t>> called;
+  for (const GuardTensor* g : c.outputs) called.push_back(g->snapshot());
+  attngen_attention_plan* plan = reinterpret_cast<attngen_attention_plan*>(&c);
+  const attngen_status created = attngen_attention_plan_create(q, k, v, out, o, &plan);
+  if (created != status) {
+    fail("plan creation returned %s, the call %s", attngen_status_name(created),
+         attngen_status_name(status));
+  }
+  if (created != ATTNGEN_OK) {
+    if (plan != nullptr) fail("a failed plan creation left a plan");
+    return;
+  }
+  attngen_attention_data d = attngen_attention_data_default();
+  d.q = q->data;
+  d.k = k->data;
+  d.v = v->data;
+  d.out = out->data;
+  if (o != nullptr) {
+    if (o->kv_len != nullptr) d.kv_len = o->kv_len->data;
+    if (o->mask_tensor != nullptr) d.mask_tensor = o->mask_tensor->data;
+    if (o->pattern.layout != nullptr) d.layout = o->pattern.layout->data;
+    if (o->weights != nullptr) d.weights = o->weights->data;
+    if (o->lse != nullptr) d.lse = o->lse->data;
+  }
+  c.before();
+  const attngen_status ran = note(attngen_attention_plan_run(plan, &d));
+  c.after(ran);
+  attngen_attention_plan_destroy(plan);
+  if (ran != ATTNGEN_OK) {
+    fail("the plan's run returned %s where the call succeeded: %s", attngen_status_name(ran),
+         attngen_last_error());
+  }
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    if (!c.outputs[i]->unchanged(called[i])) {
+      fail("output %zu of the plan's run differs from the call's", i);
+    }
+  }
+}
+
 // Whether a tensor has exactly this shape (what a successful call must have been given).
 bool has_shape(const GuardTensor& g, std::initializer_list<int64_t> shape) {
   if (g.t.rank != static_cast<int32_t>(shape.size())) return false;
@@ -612,12 +659,7 @@ void check_accepted(std::initializer_list<const GuardTensor*> ts) {
   }
 }
 
-const Tolerance& tolerance(int d) {
-  for (const Tolerance& t : kTolerances) {
-    if (t.dtype == d) return t;
-  }
-  return kTolerances[0];
-}
+Tolerance tolerance(int d) { return attngen::test::tolerance_for(d); }
 
 // got (the output's logical elements) against the reference within the tolerance of `dtype`
 // (docs/semantics.md, "Precision and tolerance"); every element written; NaN and infinities
@@ -1022,6 +1064,8 @@ void fuzz_attention(Input& in, Fill& fill) {
   const attngen_status s = note(attngen_attention(
       null_q ? nullptr : &q.t, &k.t, &v.t, null_out ? nullptr : &out_t, null_opts ? nullptr : &o));
   c.after(s);
+  check_plan(c, s, null_q ? nullptr : &q.t, &k.t, &v.t, null_out ? nullptr : &out_t,
+             null_opts ? nullptr : &o);
   if (s != ATTNGEN_OK) return;
 
   // A successful call: the arguments were valid. Check what the contract says of them.
@@ -1239,7 +1283,7 @@ void fuzz_mha(Input& in, Fill& fill) {
                           in.chance(128) ? &out_b.t : nullptr};
   if (in.chance(4)) wts.in_proj_weight = nullptr;
   if (in.chance(4)) wts.out_proj_weight = nullptr;
-  attngen_mha_options o{};
+  attngen_mha_options o = attngen_mha_options_default();
   o.num_heads = !in.chance(16) ? H : in.pick(kHostile);
   const int mask_kind = enum_value(in, 2), alignment = enum_value(in, 2);
   put_enum(o.mask, mask_kind);
@@ -1670,7 +1714,7 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       fill.hi = 1;
       attngen_mha_weights w{&in_w.t, in.chance(128) ? &in_b.t : nullptr, &out_w.t,
                             in.chance(128) ? &out_b.t : nullptr};
-      attngen_mha_decode_options d{};
+      attngen_mha_decode_options d = attngen_mha_decode_options_default();
       d.num_heads = !in.chance(11) ? H : in.pick(kHostile);
       d.counts = counts.used ? &counts.g.t : nullptr;
       d.kv_splits = !in.chance(56) ? 0 : in.u8() % 4;

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "attngen/kernel.h"
-#include "schedules/targets.h"
+#include "core/targets.h"
 
 int main() {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {

@@ -14,9 +14,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attngen/dtype.h" /* attngen_dtype */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Versions and the ABI rule ----
+ *
+ * The library's version is attngen_version(); this header's is ATTNGEN_VERSION_*. Within a major
+ * version (while the major is 0: within a minor version) the ABI only grows: functions keep their
+ * signatures, enum values keep their numbers (new ones are added last), and structs keep their
+ * fields in place. An options struct (attngen_*_options) begins with `struct_size`, which its
+ * attngen_*_options_default() sets to sizeof the struct as the caller's header declares it: start
+ * from the default, then set fields. Fields added later go at a struct's end, so a library reads
+ * the fields that lie within struct_size and gives the others their defaults (an older caller's
+ * smaller struct); where struct_size is larger than the library's struct, every byte past the
+ * fields the library knows must be 0 (a newer caller that sets no option this library lacks).
+ * Anything else (struct_size 0, as from `= {0}`, or below the struct's first published size, or
+ * a non-zero field this library does not know) is ATTNGEN_ERROR_INVALID_ARGUMENT, naming
+ * struct_size. Kernel descriptors (attngen/kernel.h) follow the same rule with their own
+ * abi_version. */
+#define ATTNGEN_VERSION_MAJOR 0
+#define ATTNGEN_VERSION_MINOR 2
+#define ATTNGEN_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH, as attngen_version() returns it. */
+#define ATTNGEN_VERSION \
+  (ATTNGEN_VERSION_MAJOR * 10000 + ATTNGEN_VERSION_MINOR * 100 + ATTNGEN_VERSION_PATCH)
+
+/* The library's version, MAJOR * 10000 + MINOR * 100 + PATCH (compare it with ATTNGEN_VERSION, the
+ * header's, to find a library older than the header an application was built with). */
+int32_t attngen_version(void);
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+const char* attngen_version_string(void);
 
 typedef enum attngen_status {
   ATTNGEN_OK = 0,
@@ -45,16 +76,6 @@ typedef enum attngen_status {
   /* Enums are int-sized; values from C callers are checked, never trusted. */
   ATTNGEN_STATUS_FORCE_32BIT = 0x7fffffff
 } attngen_status;
-
-typedef enum attngen_dtype {
-  ATTNGEN_F32 = 0,
-  ATTNGEN_F16 = 1,
-  ATTNGEN_BF16 = 2,
-  ATTNGEN_BOOL = 3, /* one byte per element, 0 = false */
-  ATTNGEN_I32 = 4,
-  ATTNGEN_I8 = 5,
-  ATTNGEN_DTYPE_FORCE_32BIT = 0x7fffffff
-} attngen_dtype;
 
 #define ATTNGEN_MAX_RANK 5
 
@@ -120,6 +141,7 @@ attngen_pattern attngen_pattern_local(int32_t w);
 int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i, int64_t j);
 
 typedef struct attngen_attention_options {
+  size_t struct_size;           /* sizeof(attngen_attention_options): the ABI rule above */
   float scale;                  /* 0: 1 / sqrt(Dqk) */
   float softcap;                /* 0: none; c > 0: scores become c * tanh(s / c) */
   attngen_mask_kind mask;       /* ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL */
@@ -138,6 +160,7 @@ typedef struct attngen_attention_options {
   attngen_tensor* lse;
 } attngen_attention_options;
 
+/* struct_size set, no mask, bottom-right alignment, everything else 0 or NULL. */
 attngen_attention_options attngen_attention_options_default(void);
 
 /* O = softmax(mask(scale * Q K^T)) V, BSHD layout:
@@ -156,6 +179,61 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
                                  const attngen_tensor* v, attngen_tensor* out,
                                  const attngen_attention_options* options);
 
+/* ---- Attention plans: validate and choose once, run many times ----
+ *
+ * A plan is made from one call's arguments (XNNPACK's create and reshape, cuDNN's plan): it
+ * validates them as attngen_attention() does, chooses the kernel (or the F32 kernel and the
+ * conversion), and measures the workspace its runs need, as attngen_attention_workspace_size()
+ * does (the inputs are read, nothing is written). It keeps copies of the descriptions (shapes,
+ * strides, dtypes and options; not the data), so the caller's tensors and options may go once it
+ * is made. Each run gives the data pointers of one call of that configuration: the run checks
+ * what depends on them (NULL, alignment, overlap of outputs with inputs, kv_len's values) and
+ * runs the plan's kernel, with the results of attngen_attention() on the same arguments, bit for
+ * bit. The kernel is fixed at creation (a later attngen_set_isa() does not change it). Runs of one
+ * plan may be concurrent (each thread binds its own workspace, if any). */
+typedef struct attngen_attention_plan attngen_attention_plan;
+
+/* The data of one run: each pointer where the plan's call had that tensor (the options' kv_len,
+ * mask_tensor, pattern.layout, weights and lse), NULL where it had none. */
+typedef struct attngen_attention_data {
+  size_t struct_size; /* sizeof(attngen_attention_data): the ABI rule above */
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  const void* kv_len;
+  const void* mask_tensor;
+  const void* layout;
+  void* weights;
+  void* lse;
+} attngen_attention_data;
+
+/* struct_size set, every pointer NULL. */
+attngen_attention_data attngen_attention_data_default(void);
+
+/* Makes a plan for calls like attngen_attention(q, k, v, out, options) in *plan (NULL on any
+ * error, which is the call's: the same statuses and messages). */
+attngen_status attngen_attention_plan_create(const attngen_tensor* q, const attngen_tensor* k,
+                                             const attngen_tensor* v, const attngen_tensor* out,
+                                             const attngen_attention_options* options,
+                                             attngen_attention_plan** plan);
+
+/* Workspace bytes a run of the plan needs (attngen_set_workspace()) at the thread count set when
+ * the plan was made, or fewer threads: measured once, when it was made. */
+attngen_status attngen_attention_plan_workspace_size(const attngen_attention_plan* plan,
+                                                     size_t* bytes);
+
+/* The name of the plan's kernel (an F32 kernel where the call's tensors are converted), or "" for
+ * NULL. */
+const char* attngen_attention_plan_kernel(const attngen_attention_plan* plan);
+
+/* One call of the plan's configuration on `data`. */
+attngen_status attngen_attention_plan_run(const attngen_attention_plan* plan,
+                                          const attngen_attention_data* data);
+
+/* Frees the plan. NULL is a no-op. */
+void attngen_attention_plan_destroy(attngen_attention_plan* plan);
+
 /* y = x W^T + b, PyTorch nn.Linear layout: x [B, S, E], w [N, E], bias [N] or NULL,
  * y [B, S, N], all of one dtype: F32, F16 or BF16 (the bias too), computed in F32. Converted
  * through F32 like attngen_attention() where no kernel of that dtype is built. */
@@ -171,12 +249,16 @@ typedef struct attngen_mha_weights {
 } attngen_mha_weights;
 
 typedef struct attngen_mha_options {
+  size_t struct_size;           /* sizeof(attngen_mha_options): the ABI rule above */
   int64_t num_heads;            /* H; E must be a multiple of it */
   attngen_mask_kind mask;       /* ATTNGEN_MASK_NONE or ATTNGEN_MASK_CAUSAL */
   attngen_alignment alignment;  /* with key padding and causal */
   const attngen_tensor* kv_len; /* optional: I32 [B] key padding */
   const char* kernel;           /* optional: run the kernel of this name */
 } attngen_mha_options;
+
+/* struct_size set, num_heads 0 (to be set), no mask, bottom-right alignment. */
+attngen_mha_options attngen_mha_options_default(void);
 
 /* Self-attention layer: y = MHA(x, x, x) as nn.MultiheadAttention(batch_first=True) in
  * inference, x and y [B, S, E]. x, y and every weight and bias share one dtype: F32, F16 or
@@ -225,6 +307,7 @@ attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* w
 typedef struct attngen_kv_cache attngen_kv_cache;
 
 typedef struct attngen_kv_cache_options {
+  size_t struct_size; /* sizeof(attngen_kv_cache_options): the ABI rule above */
   int64_t layers;
   int64_t batch;       /* B: sequences */
   int64_t heads_kv;    /* Hkv */
@@ -246,7 +329,7 @@ typedef struct attngen_kv_cache_options {
   void* storage;
 } attngen_kv_cache_options;
 
-/* All zero but window = -1 and dtype = ATTNGEN_F32. */
+/* struct_size set, window = -1, dtype = ATTNGEN_F32, everything else 0 (to be set). */
 attngen_kv_cache_options attngen_kv_cache_options_default(void);
 
 /* Bytes of storage (K and V, and an I8 cache's scales) that a cache with these options needs. */
@@ -278,7 +361,8 @@ attngen_status attngen_kv_cache_length(const attngen_kv_cache* cache, int64_t la
 attngen_status attngen_kv_cache_reset(attngen_kv_cache* cache, int64_t sequence);
 
 typedef struct attngen_decode_options {
-  float scale; /* 0: 1 / sqrt(Dqk) */
+  size_t struct_size; /* sizeof(attngen_decode_options): the ABI rule above */
+  float scale;        /* 0: 1 / sqrt(Dqk) */
   /* optional I32 [B], values in [0, t]: the real query rows of each sequence, its first
    * counts[b] rows (NULL: all t). The same tensor as given to the append. */
   const attngen_tensor* counts;
@@ -288,6 +372,7 @@ typedef struct attngen_decode_options {
   const char* kernel; /* optional: run the decode kernel of this name */
 } attngen_decode_options;
 
+/* struct_size set, everything else 0 or NULL. */
 attngen_decode_options attngen_decode_options_default(void);
 
 /* Attention of t new queries q [B, t, Hq, Dqk] over the positions the cache holds for `layer`
@@ -302,10 +387,14 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
                               attngen_tensor* out, const attngen_decode_options* options);
 
 typedef struct attngen_mha_decode_options {
+  size_t struct_size;           /* sizeof(attngen_mha_decode_options): the ABI rule above */
   int64_t num_heads;            /* H; the cache must have Hkv = H and Dqk = Dv = E / H */
   const attngen_tensor* counts; /* optional I32 [B]: tokens of each sequence in x */
   int32_t kv_splits;            /* as in attngen_decode_options */
 } attngen_mha_decode_options;
+
+/* struct_size set, num_heads 0 (to be set), everything else 0 or NULL. */
+attngen_mha_decode_options attngen_mha_decode_options_default(void);
 
 /* One decode step of the nn.MultiheadAttention layer of attngen_mha() (self-attention,
  * causal): x [B, t, E] holds each sequence's next tokens; projects them (in_proj), appends

@@ -15,7 +15,7 @@
 #include <sys/auxv.h>
 #endif
 
-#include "schedules/targets.h"
+#include "core/targets.h"
 
 namespace attngen {
 

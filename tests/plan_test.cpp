@@ -1,0 +1,257 @@
+// Attention plans (attngen.h, "Attention plans"): a plan's runs equal attngen_attention() on the
+// same arguments bit for bit (the call is checked against the float64 reference by the rest of
+// the suite), over new data each run; its workspace size is what a run needs, to the byte; bad
+// input at creation is the call's error, and a run's bad data a named error with nothing written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "tests/tensor.h"
+
+namespace attngen::test {
+namespace {
+
+// One attention configuration's tensors (f32 storage or T's), fresh random inputs.
+template <typename T>
+struct Call {
+  Tensor<T> q, k, v;
+  Tensor<float> out, weights, lse;
+  std::vector<int32_t> kv_len_buf;  // I32 [B]
+  std::vector<uint8_t> mask_buf;    // BOOL, broadcast over the query heads
+  attngen_tensor kv_len{}, mask{};
+  attngen_attention_options opt = attngen_attention_options_default();
+
+  Call(int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv, int64_t d, int64_t pad) {
+    q.init({b, sq, hq, d}, pad);
+    k.init({b, skv, hkv, d}, pad);
+    v.init({b, skv, hkv, d}, pad);
+    out.init({b, sq, hq, d}, pad);
+  }
+  void refill(std::mt19937_64& rng) {
+    q.fill_random(rng, -1, 1);
+    k.fill_random(rng, -1, 1);
+    v.fill_random(rng, -1, 1);
+    std::uniform_int_distribution<int32_t> len(1, static_cast<int32_t>(k.t.shape[1]));
+    for (int32_t& l : kv_len_buf) l = len(rng);
+    std::bernoulli_distribution attend(0.7);
+    for (uint8_t& m : mask_buf) m = attend(rng) ? 1 : 0;
+  }
+  void poison_outputs() {
+    for (Tensor<float>* t : {&out, &weights, &lse}) {
+      std::fill(t->buf.begin(), t->buf.end(), poison());
+    }
+  }
+  attngen_attention_data data() {
+    attngen_attention_data d = attngen_attention_data_default();
+    d.q = q.t.data;
+    d.k = k.t.data;
+    d.v = v.t.data;
+    d.out = out.t.data;
+    if (opt.kv_len != nullptr) d.kv_len = kv_len.data;
+    if (opt.mask_tensor != nullptr) d.mask_tensor = mask.data;
+    if (opt.weights != nullptr) d.weights = weights.t.data;
+    if (opt.lse != nullptr) d.lse = lse.t.data;
+    return d;
+  }
+  // The outputs' logical elements, bit for bit, and whether every one was written.
+  std::vector<uint32_t> outputs() const {
+    std::vector<uint32_t> bits;
+    for (const Tensor<float>* t : {&out, &weights, &lse}) {
+      if (t->buf.empty()) continue;
+      t->for_each([&](const std::vector<int64_t>&, int64_t off) {
+        const float x = t->buf[static_cast<size_t>(off)];
+        EXPECT_FALSE(is_poison(x)) << "an output element was not written";
+        uint32_t u;
+        std::memcpy(&u, &x, sizeof u);
+        bits.push_back(u);
+      });
+    }
+    return bits;
+  }
+};
+
+struct PlanDeleter {
+  void operator()(attngen_attention_plan* p) const { attngen_attention_plan_destroy(p); }
+};
+using Plan = std::unique_ptr<attngen_attention_plan, PlanDeleter>;
+
+Plan make_plan(attngen_tensor& q, attngen_tensor& k, attngen_tensor& v, attngen_tensor& out,
+               const attngen_attention_options& opt) {
+  attngen_attention_plan* p = nullptr;
+  const attngen_status st = attngen_attention_plan_create(&q, &k, &v, &out, &opt, &p);
+  EXPECT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+  return Plan(p);
+}
+
+// Three runs of one plan over fresh data each, each against the call on the same data.
+template <typename T>
+void runs_equal_calls(Call<T>& c) {
+  std::mt19937_64 rng(fresh_seed());
+  c.refill(rng);
+  Plan plan = make_plan(c.q.t, c.k.t, c.v.t, c.out.t, c.opt);
+  ASSERT_NE(plan, nullptr);
+  const std::string kernel = attngen_attention_plan_kernel(plan.get());
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    c.refill(rng);
+    c.poison_outputs();
+    ASSERT_EQ(attngen_attention(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt), ATTNGEN_OK)
+        << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    const std::vector<uint32_t> want = c.outputs();
+    c.poison_outputs();
+    const attngen_attention_data d = c.data();
+    ASSERT_EQ(attngen_attention_plan_run(plan.get(), &d), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    EXPECT_EQ(c.outputs(), want) << "the plan's run differs from the call";
+  }
+}
+
+TEST(AttentionPlan, F32CausalRunsEqualCalls) {
+  Call<float> c(2, 19, 33, 4, 2, 64, 0);
+  c.opt.mask = ATTNGEN_MASK_CAUSAL;
+  runs_equal_calls(c);
+}
+
+// Generic kernel (head dim 72), strided views, key padding, a bool mask tensor and both extra
+// outputs: every optional tensor of a run's data.
+TEST(AttentionPlan, EveryOptionalTensorRunsEqualCalls) {
+  Call<float> c(2, 13, 21, 2, 1, 72, 3);
+  const int64_t batch = 2, mask_shape[4] = {2, 1, 13, 21};
+  c.kv_len_buf.resize(2);
+  c.kv_len = attngen_tensor_contiguous(c.kv_len_buf.data(), ATTNGEN_I32, 1, &batch);
+  c.mask_buf.resize(2 * 13 * 21);
+  c.mask = attngen_tensor_contiguous(c.mask_buf.data(), ATTNGEN_BOOL, 4, mask_shape);
+  c.weights.init({2, 2, 13, 21}, 0);
+  c.lse.init({2, 2, 13}, 0);
+  c.opt.kv_len = &c.kv_len;
+  c.opt.mask_tensor = &c.mask;
+  c.opt.weights = &c.weights.t;
+  c.opt.lse = &c.lse.t;
+  c.opt.mask = ATTNGEN_MASK_CAUSAL;
+  runs_equal_calls(c);
+}
+
+// BF16 with a pattern: an F32 kernel through the conversion.
+TEST(AttentionPlan, ConvertedCallRunsEqualCalls) {
+  Call<BFloat16> c(1, 40, 40, 2, 2, 64, 0);  // out F32
+  c.opt.pattern = attngen_pattern_local(8);
+  runs_equal_calls(c);
+}
+
+// The plan's workspace size is what its runs take: a run in a workspace of that size (less the
+// alignment slack, the workspace being aligned) succeeds without a size query of the call, and
+// one byte less in the area it checks fails with ATTNGEN_ERROR_WORKSPACE, writing nothing.
+TEST(AttentionPlan, WorkspaceSizeIsWhatARunTakes) {
+  Call<float> c(1, 57, 57, 4, 4, 64, 0);
+  c.opt.mask = ATTNGEN_MASK_CAUSAL;
+  std::mt19937_64 rng(fresh_seed());
+  c.refill(rng);
+  Plan plan = make_plan(c.q.t, c.k.t, c.v.t, c.out.t, c.opt);
+  ASSERT_NE(plan, nullptr);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_attention_plan_workspace_size(plan.get(), &bytes), ATTNGEN_OK);
+  ASSERT_GT(bytes, 64u);
+  const size_t slack = 63;  // the size covers any alignment of the workspace's start
+  void* raw = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  ASSERT_NE(raw, nullptr);
+  struct Unbind {
+    void* raw;
+    ~Unbind() {
+      attngen_set_workspace(nullptr, 0);
+      std::free(raw);
+    }
+  } unbind{raw};
+
+  c.poison_outputs();
+  ASSERT_EQ(attngen_set_workspace(raw, bytes - slack - 1), ATTNGEN_OK);
+  const attngen_attention_data d = c.data();
+  EXPECT_EQ(attngen_attention_plan_run(plan.get(), &d), ATTNGEN_ERROR_WORKSPACE)
+      << attngen_last_error();
+  EXPECT_TRUE(c.out.all_poison()) << "a run that did not fit its workspace wrote its output";
+
+  ASSERT_EQ(attngen_set_workspace(raw, bytes - slack), ATTNGEN_OK);
+  EXPECT_EQ(attngen_attention_plan_run(plan.get(), &d), ATTNGEN_OK) << attngen_last_error();
+  const std::vector<uint32_t> in_workspace = c.outputs();
+  attngen_set_workspace(nullptr, 0);
+  c.poison_outputs();
+  ASSERT_EQ(attngen_attention(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt), ATTNGEN_OK);
+  EXPECT_EQ(c.outputs(), in_workspace);
+}
+
+TEST(AttentionPlan, CreationErrorsAreTheCalls) {
+  Call<float> c(1, 8, 8, 3, 2, 64, 0);  // Hq not a multiple of Hkv
+  attngen_attention_plan* p = reinterpret_cast<attngen_attention_plan*>(&c);
+  EXPECT_EQ(attngen_attention_plan_create(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt, &p),
+            ATTNGEN_ERROR_HEADS);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(attngen_attention(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt), ATTNGEN_ERROR_HEADS);
+  EXPECT_EQ(attngen_attention_plan_create(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt, nullptr),
+            ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_STREQ(attngen_attention_plan_kernel(nullptr), "");
+  attngen_attention_plan_destroy(nullptr);
+}
+
+TEST(AttentionPlan, BadRunDataIsANamedErrorWithNothingWritten) {
+  Call<float> c(1, 9, 9, 2, 2, 64, 0);
+  std::mt19937_64 rng(fresh_seed());
+  c.refill(rng);
+  Plan plan = make_plan(c.q.t, c.k.t, c.v.t, c.out.t, c.opt);
+  ASSERT_NE(plan, nullptr);
+  const auto expect_refused = [&](const attngen_attention_data& d, attngen_status want,
+                                  const std::string& needle) {
+    c.poison_outputs();
+    const attngen_status st = attngen_attention_plan_run(plan.get(), &d);
+    EXPECT_EQ(st, want) << attngen_status_name(st) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << attngen_last_error();
+    EXPECT_TRUE(c.out.all_poison()) << "a refused run wrote its output";
+  };
+  attngen_attention_data d = c.data();
+  d.v = nullptr;
+  expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "v");
+  d = c.data();
+  d.q = reinterpret_cast<const char*>(d.q) + 1;  // not aligned to its f32 elements
+  expect_refused(d, ATTNGEN_ERROR_STRIDE, "q");
+  d = c.data();
+  d.out = const_cast<void*>(d.k);  // the output over an input
+  expect_refused(d, ATTNGEN_ERROR_ALIAS, "out");
+  d = c.data();
+  d.mask_tensor = c.q.t.data;  // a tensor the plan's call did not have
+  expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.mask_tensor");
+  d = c.data();
+  d.struct_size = 0;
+  expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.struct_size");
+  EXPECT_EQ(attngen_attention_plan_run(plan.get(), nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_attention_plan_run(nullptr, &d), ATTNGEN_ERROR_NULL_POINTER);
+}
+
+// The kernel is the plan's: forcing another ISA afterwards changes what calls choose, not it.
+TEST(AttentionPlan, KernelIsFixedAtCreation) {
+  Call<float> c(1, 16, 16, 2, 2, 64, 0);
+  std::mt19937_64 rng(fresh_seed());
+  c.refill(rng);
+  Plan plan = make_plan(c.q.t, c.k.t, c.v.t, c.out.t, c.opt);
+  ASSERT_NE(plan, nullptr);
+  const std::string kernel = attngen_attention_plan_kernel(plan.get());
+  struct Restore {
+    ~Restore() { attngen_set_isa(nullptr); }
+  } restore;
+  for (const char* isa : {"sse41", "neon32", "generic"}) {
+    if (attngen_set_isa(isa) != ATTNGEN_OK) continue;
+    const attngen_attention_data d = c.data();
+    ASSERT_EQ(attngen_attention_plan_run(plan.get(), &d), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel()) << "with attngen_set_isa(\"" << isa << "\")";
+  }
+}
+
+}  // namespace
+}  // namespace attngen::test
