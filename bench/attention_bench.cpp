@@ -50,6 +50,7 @@
 #include "attngen/kernel.h"
 #include "ceilings.h"
 #include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
+#include "runtime/src/kv_cache.h"  // the cache views a decode call gives its kernel
 
 namespace {
 
@@ -716,12 +717,89 @@ void overhead_attention(benchmark::State& state, Through through) {
   attngen_attention_plan_destroy(plan);
 }
 
+// The same for one decode step: one token over 16 cached positions, Hq 32, Hkv 8, D128, an f32
+// cache. "direct" gives the kernel the views of the cache a call makes (runtime/src/kv_cache.h),
+// no split (what the call's automatic split is at 16 positions).
+void overhead_decode(benchmark::State& state, Through through) {
+  constexpr int64_t Hq = 32, Hkv = 8, D = 128, kCached = 16;
+  attngen_kv_cache_options co = attngen_kv_cache_options_default();
+  co.layers = 1;
+  co.batch = 1;
+  co.heads_kv = Hkv;
+  co.head_dim_qk = D;
+  co.capacity = 1024;
+  attngen_kv_cache* cache = nullptr;
+  if (attngen_kv_cache_create(&co, &cache) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  std::vector<uint8_t> kv = random_tensor(kCached * Hkv * D, ATTNGEN_F32, 5);
+  std::vector<uint8_t> q = random_tensor(Hq * D, ATTNGEN_F32, 6);
+  std::vector<float> o(Hq * D);
+  const int64_t kvs[] = {1, kCached, Hkv, D}, qs[] = {1, 1, Hq, D};
+  attngen_tensor tkv = attngen_tensor_contiguous(kv.data(), ATTNGEN_F32, 4, kvs);
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, qs);
+  attngen_decode_plan* plan = nullptr;
+  if (attngen_kv_cache_append(cache, 0, &tkv, &tkv, nullptr) != ATTNGEN_OK ||
+      attngen_decode_plan_create(&tq, cache, 0, &to, nullptr, &plan) != ATTNGEN_OK ||
+      attngen_decode(&tq, cache, 0, &to, nullptr) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    attngen_kv_cache_destroy(cache);
+    return;
+  }
+  const attngen_kernel_info* kernel = attngen_find_kernel(attngen_last_kernel());
+  using attngen::rt::HalideView;
+  HalideView hq, hk, hv, ho, hl, hn;
+  attngen::rt::make_view(hq, tq);
+  attngen::rt::make_view(ho, to);
+  attngen::rt::make_view(hk, attngen::rt::cache_layer(*cache, 0, false, kCached));
+  attngen::rt::make_view(hv, attngen::rt::cache_layer(*cache, 0, true, kCached));
+  int32_t kv_len = kCached, q_len = 1;
+  const int64_t one = 1;
+  attngen::rt::make_view(hl, attngen_tensor_contiguous(&kv_len, ATTNGEN_I32, 1, &one));
+  attngen::rt::make_view(hn, attngen_tensor_contiguous(&q_len, ATTNGEN_I32, 1, &one));
+  attngen_kernel_args args{};
+  args.q = &hq.buf;
+  args.k = &hk.buf;
+  args.v = &hv.buf;
+  args.out = &ho.buf;
+  args.kv_len = &hl.buf;
+  args.q_len = &hn.buf;
+  args.v_finite = 1;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  args.capacity = static_cast<int32_t>(co.capacity);
+  args.window = -1;
+  args.split_keys = kCached;
+  attngen_decode_data data = attngen_decode_data_default();
+  data.q = q.data();
+  data.out = o.data();
+  for (auto _ : state) {
+    const bool ok = through == Through::kDirect ? kernel->run(nullptr, &args) == 0
+                    : through == Through::kPlanned
+                        ? attngen_decode_plan_run(plan, cache, 0, &data) == ATTNGEN_OK
+                        : attngen_decode(&tq, cache, 0, &to, nullptr) == ATTNGEN_OK;
+    if (!ok) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(kernel->name);
+  attngen_decode_plan_destroy(plan);
+  attngen_kv_cache_destroy(cache);
+}
+
 void register_overhead() {
   const std::pair<const char*, Through> ways[] = {
       {"direct", Through::kDirect}, {"planned", Through::kPlanned}, {"call", Through::kCall}};
   for (const auto& [name, through] : ways) {
     benchmark::RegisterBenchmark((std::string("overhead/attention/B1_H1_S16_D64/") + name).c_str(),
                                  overhead_attention, through)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(
+        (std::string("overhead/decode/B1_Hq32_Hkv8_D128_Skv16/") + name).c_str(), overhead_decode,
+        through)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }

@@ -255,3 +255,150 @@ TEST(AttentionPlan, KernelIsFixedAtCreation) {
 
 }  // namespace
 }  // namespace attngen::test
+
+namespace attngen::test {
+namespace {
+
+struct DecodePlanDeleter {
+  void operator()(attngen_decode_plan* p) const { attngen_decode_plan_destroy(p); }
+};
+using DecodePlan = std::unique_ptr<attngen_decode_plan, DecodePlanDeleter>;
+
+struct CacheDeleter {
+  void operator()(attngen_kv_cache* c) const { attngen_kv_cache_destroy(c); }
+};
+using CachePtr = std::unique_ptr<attngen_kv_cache, CacheDeleter>;
+
+CachePtr make_cache(const attngen_kv_cache_options& o) {
+  attngen_kv_cache* cache = nullptr;
+  EXPECT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_OK) << attngen_last_error();
+  return CachePtr(cache);
+}
+
+// Appends t tokens of fresh random K and V to every sequence of `layer`.
+void append(attngen_kv_cache* cache, const attngen_kv_cache_options& o, int64_t layer, int64_t t,
+            std::mt19937_64& rng) {
+  Storage k({o.batch, t, o.heads_kv, o.head_dim_qk}, 0),
+      v({o.batch, t, o.heads_kv, o.head_dim_qk}, 0);
+  k.fill_random(rng, -1, 1);
+  v.fill_random(rng, -1, 1);
+  ASSERT_EQ(attngen_kv_cache_append(cache, layer, &k.t, &v.t, nullptr), ATTNGEN_OK)
+      << attngen_last_error();
+}
+
+// Decode steps through a plan and through attngen_decode(), bit for bit, over two caches of the
+// plan's options (another layer count) and two layers, with counts (some rows not real), as the
+// caches grow; an i8 cache and an f32 one.
+TEST(DecodePlan, RunsEqualCalls) {
+  for (attngen_dtype dtype : {ATTNGEN_F32, ATTNGEN_I8}) {
+    SCOPED_TRACE(std::string("cache dtype ") + std::to_string(dtype));
+    std::mt19937_64 rng(fresh_seed());
+    attngen_kv_cache_options o = attngen_kv_cache_options_default();
+    o.layers = 2;
+    o.batch = 2;
+    o.heads_kv = 2;
+    o.head_dim_qk = 64;
+    o.capacity = 48;
+    o.dtype = dtype;
+    CachePtr first = make_cache(o);
+    o.layers = 3;
+    CachePtr second = make_cache(o);
+    ASSERT_TRUE(first && second);
+    const int64_t t = 2, hq = 4;
+    Storage q({o.batch, t, hq, 64}, 0), out({o.batch, t, hq, 64}, 0);
+    std::vector<int32_t> counts = {2, 1};
+    const int64_t batch = o.batch;
+    attngen_tensor tc = attngen_tensor_contiguous(counts.data(), ATTNGEN_I32, 1, &batch);
+    attngen_decode_options opt = attngen_decode_options_default();
+    opt.counts = &tc;
+    q.fill_random(rng, -1, 1);
+    attngen_decode_plan* raw = nullptr;
+    ASSERT_EQ(attngen_decode_plan_create(&q.t, first.get(), 0, &out.t, &opt, &raw), ATTNGEN_OK)
+        << attngen_last_error();
+    DecodePlan plan(raw);
+    for (int step = 0; step < 4; ++step) {
+      for (attngen_kv_cache* cache : {first.get(), second.get()}) {
+        for (int64_t layer : {int64_t{0}, int64_t{1}}) {
+          SCOPED_TRACE("step " + std::to_string(step) + " layer " + std::to_string(layer));
+          append(cache, o, layer, 5 + step, rng);
+          q.fill_random(rng, -1, 1);
+          std::fill(out.buf.begin(), out.buf.end(), poison());
+          ASSERT_EQ(attngen_decode(&q.t, cache, layer, &out.t, &opt), ATTNGEN_OK)
+              << attngen_last_error();
+          const std::string kernel = attngen_last_kernel();
+          const std::vector<float> want = out.buf;
+          for (float x : want) ASSERT_FALSE(is_poison(x)) << "an output element was not written";
+          std::fill(out.buf.begin(), out.buf.end(), poison());
+          attngen_decode_data d = attngen_decode_data_default();
+          d.q = q.t.data;
+          d.out = out.t.data;
+          d.counts = counts.data();
+          ASSERT_EQ(attngen_decode_plan_run(plan.get(), cache, layer, &d), ATTNGEN_OK)
+              << attngen_last_error();
+          EXPECT_EQ(kernel, attngen_last_kernel());
+          EXPECT_EQ(std::memcmp(want.data(), out.buf.data(), want.size() * sizeof(float)), 0)
+              << "the plan's run differs from the call";
+        }
+      }
+    }
+  }
+}
+
+// A run's workspace is the plan's figure (less the alignment slack), at every length; a cache of
+// other options is refused before anything is written.
+TEST(DecodePlan, WorkspaceSizeAndCacheShape) {
+  std::mt19937_64 rng(fresh_seed());
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.layers = 1;
+  o.batch = 1;
+  o.heads_kv = 2;
+  o.head_dim_qk = 64;
+  o.capacity = 40;
+  CachePtr cache = make_cache(o);
+  ASSERT_TRUE(cache);
+  Storage q({1, 1, 8, 64}, 0), out({1, 1, 8, 64}, 0);
+  q.fill_random(rng, -1, 1);
+  attngen_decode_plan* raw = nullptr;
+  ASSERT_EQ(attngen_decode_plan_create(&q.t, cache.get(), 0, &out.t, nullptr, &raw), ATTNGEN_OK)
+      << attngen_last_error();
+  DecodePlan plan(raw);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_decode_plan_workspace_size(plan.get(), &bytes), ATTNGEN_OK);
+  void* ws = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  ASSERT_NE(ws, nullptr);
+  struct Unbind {
+    void* ws;
+    ~Unbind() {
+      attngen_set_workspace(nullptr, 0);
+      std::free(ws);
+    }
+  } unbind{ws};
+  attngen_decode_data d = attngen_decode_data_default();
+  d.q = q.t.data;
+  d.out = out.t.data;
+  for (int64_t length = 1; length <= o.capacity; length += 13) {
+    append(cache.get(), o, 0, length == 1 ? 1 : 13, rng);
+    ASSERT_EQ(attngen_set_workspace(ws, bytes - 63), ATTNGEN_OK);
+    EXPECT_EQ(attngen_decode_plan_run(plan.get(), cache.get(), 0, &d), ATTNGEN_OK)
+        << attngen_last_error();
+  }
+  attngen_set_workspace(nullptr, 0);
+
+  o.capacity = 41;
+  CachePtr other = make_cache(o);
+  ASSERT_TRUE(other);
+  append(other.get(), o, 0, 3, rng);
+  std::fill(out.buf.begin(), out.buf.end(), poison());
+  EXPECT_EQ(attngen_decode_plan_run(plan.get(), other.get(), 0, &d),
+            ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attngen_last_error()).find("capacity"), std::string::npos)
+      << attngen_last_error();
+  EXPECT_TRUE(out.all_poison()) << "a refused run wrote its output";
+  d.counts = q.t.data;  // the plan's call had no counts
+  EXPECT_EQ(attngen_decode_plan_run(plan.get(), cache.get(), 0, &d),
+            ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(out.all_poison()) << "a refused run wrote its output";
+}
+
+}  // namespace
+}  // namespace attngen::test

@@ -553,6 +553,13 @@ void* CallScratch::take(Check& c, size_t bytes, const char* what, const char* wh
     used_ += b;
     return p;
   }
+  if (inline_used_ + b <= kInlineBytes) {
+    void* p = inline_ + inline_used_;
+    inline_used_ += b;
+    used_ += b;
+    if (sizing()) std::memset(p, 0, b);
+    return p;
+  }
   void* p = heap_count_ < kMaxHeap ? std::aligned_alloc(kWorkspaceAlignment, b) : nullptr;
   if (p == nullptr) {
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,

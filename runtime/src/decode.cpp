@@ -194,6 +194,106 @@ DecodeKernels select_decode(Check& c, const attngen_kv_cache& cache, attngen_dty
   return k;
 }
 
+// What validation and kernel selection decided for a decode call: the kernel of each form, and
+// whether q and out are staged in F32 for them. A decode plan keeps one.
+struct DecodeChoice {
+  DecodeKernels kernels;
+  bool stage = false;
+};
+
+// One decode call's validated state: the counts and lengths (the call's scratch).
+struct DecodeCall {
+  const attngen_tensor* q;
+  const attngen_kv_cache* cache;
+  int64_t layer;
+  attngen_tensor* out;
+  attngen_decode_options opt;
+  int32_t* counts = nullptr;
+  int32_t* kv_len = nullptr;
+};
+
+// Validates a decode call (kSize: for every length the layer may hold, the cache need not hold
+// the queries yet) and, where `choice` is not nullptr, chooses its kernels.
+bool prepare_decode(Check& c, CallScratch& scratch, CallMode mode, DecodeCall& call,
+                    DecodeChoice* choice) {
+  const attngen_tensor *q = call.q, *out = call.out;
+  const attngen_kv_cache* cache = call.cache;
+  const attngen_decode_options& opt = call.opt;
+  if (!check_cache_layer(c, cache, call.layer)) return false;
+  const attngen_kv_cache_options& o = cache->options;
+  // q and out of any floating-point dtype here; dispatch finds a kernel that takes them.
+  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
+  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
+  if (!check_tensor(c, q, qs) || !check_tensor(c, out, os)) return false;
+  const int64_t t = q->shape[1], heads_q = q->shape[2];
+  if (!check_dim(c, *q, qs, 0, o.batch, "B of the cache") ||
+      !check_dim(c, *q, qs, 3, o.head_dim_qk, "Dqk of the cache") ||
+      !check_dim(c, *out, os, 0, o.batch, "B of the cache") ||
+      !check_dim(c, *out, os, 1, t, "t of q") || !check_dim(c, *out, os, 2, heads_q, "Hq of q") ||
+      !check_dim(c, *out, os, 3, o.head_dim_v, "Dv of the cache")) {
+    return false;
+  }
+  if (heads_q % o.heads_kv != 0) {
+    return c.fail(ATTNGEN_ERROR_HEADS,
+                  "q has " + std::to_string(heads_q) + " heads and the cache " +
+                      std::to_string(o.heads_kv) +
+                      "; Hq must be a multiple of Hkv (grouped-query attention)");
+  }
+  call.counts = scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the counts");
+  call.kv_len = call.counts != nullptr
+                    ? scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the lengths")
+                    : nullptr;
+  if (call.kv_len == nullptr || !check_decode_options(c, opt.scale, opt.kv_splits) ||
+      !prepare_counts(c, opt.counts, o.batch, t, call.counts) ||
+      (mode == CallMode::kRun && !check_decode_fits(c, *cache, call.layer, call.counts))) {
+    return false;
+  }
+  if (!check_no_alias(c, *out, "out", *q, "q") ||
+      (opt.counts != nullptr && !check_no_alias(c, *out, "out", *opt.counts, "counts")) ||
+      !check_clear_of_cache(c, *cache, call.layer, *out, "out", true)) {
+    return false;
+  }
+  if (choice == nullptr) return true;
+  // The slots the kernel reads: a size query covers every length.
+  const int64_t lo =
+      mode == CallMode::kSize ? 1 : slots_read(*cache, longest_length(*cache, call.layer));
+  const int64_t hi = mode == CallMode::kSize ? o.capacity : lo;
+  // A kernel for the call's dtypes; else (F16 / BF16 q or out that no kernel takes over this
+  // cache) an F32-query kernel with q and out staged in F32, as attngen_attention() does.
+  // (Without a kernel of those dtypes at all, straight to F32: a failed selection's message would
+  // allocate.)
+  Check native;
+  DecodeKernels& kernels = choice->kernels;
+  kernels = DecodeKernels{};
+  choice->stage = false;
+  if (opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
+      may_fit_natively(decode_query(*cache, q->dtype, out->dtype))) {
+    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
+  }
+  if (kernels.short_keys == nullptr) {
+    choice->stage = opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
+    kernels = choice->stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi)
+                            : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
+  }
+  return kernels.short_keys != nullptr;
+}
+
+// Runs a validated call on its kernels (kSize: measures them); returns the kernel that ran.
+const attngen_kernel_info* execute_decode(Check& c, const DecodeCall& call,
+                                          const DecodeChoice& choice) {
+  F32Staging staging;
+  attngen_tensor q32 = *call.q, out32 = *call.out;
+  if (choice.stage &&
+      (!staging.input(c, *call.q, "q", &q32) || !staging.output(c, *call.out, "out", &out32))) {
+    return nullptr;
+  }
+  const attngen_kernel_info* ran =
+      run_decode(c, choice.kernels, *call.cache, call.layer, q32, out32, call.opt.scale,
+                 call.counts, call.kv_len, call.opt.kv_splits);
+  if (ran != nullptr) staging.commit();
+  return ran;
+}
+
 // attngen_decode() and its size query (kSize: nothing written, *bytes the workspace).
 attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_cache* cache,
                       int64_t layer, attngen_tensor* out, const attngen_decode_options* options,
@@ -202,76 +302,15 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && bytes == nullptr)
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
-  attngen_decode_options opt = attngen_decode_options_default();
-  if (!c.ok() || !read_options(c, options, "options", &opt) ||
-      !check_cache_layer(c, cache, layer)) {
+  DecodeCall call{q, cache, layer, out, attngen_decode_options_default()};
+  DecodeChoice choice;
+  if (!c.ok() || !read_options(c, options, "options", &call.opt) ||
+      !prepare_decode(c, scratch, mode, call, &choice)) {
     return finish(c, nullptr);
   }
-  const attngen_kv_cache_options& o = cache->options;
-  // q and out of any floating-point dtype here; dispatch finds a kernel that takes them.
-  const TensorSpec qs{"q", ATTNGEN_F32, 4, kQDims, false, /*kernel_dtype=*/true};
-  const TensorSpec os{"out", ATTNGEN_F32, 4, kODims, /*output=*/true, /*kernel_dtype=*/true};
-  if (!check_tensor(c, q, qs) || !check_tensor(c, out, os)) return finish(c, nullptr);
-  const int64_t t = q->shape[1], heads_q = q->shape[2];
-  if (!check_dim(c, *q, qs, 0, o.batch, "B of the cache") ||
-      !check_dim(c, *q, qs, 3, o.head_dim_qk, "Dqk of the cache") ||
-      !check_dim(c, *out, os, 0, o.batch, "B of the cache") ||
-      !check_dim(c, *out, os, 1, t, "t of q") || !check_dim(c, *out, os, 2, heads_q, "Hq of q") ||
-      !check_dim(c, *out, os, 3, o.head_dim_v, "Dv of the cache")) {
-    return finish(c, nullptr);
-  }
-  if (heads_q % o.heads_kv != 0) {
-    c.fail(ATTNGEN_ERROR_HEADS, "q has " + std::to_string(heads_q) + " heads and the cache " +
-                                    std::to_string(o.heads_kv) +
-                                    "; Hq must be a multiple of Hkv (grouped-query attention)");
-    return finish(c, nullptr);
-  }
-  int32_t* counts = scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the counts");
-  int32_t* kv_len = counts != nullptr
-                        ? scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the lengths")
-                        : nullptr;
-  // (A size query covers every length: the cache need not hold the queries yet.)
-  if (kv_len == nullptr || !check_decode_options(c, opt.scale, opt.kv_splits) ||
-      !prepare_counts(c, opt.counts, o.batch, t, counts) ||
-      (mode == CallMode::kRun && !check_decode_fits(c, *cache, layer, counts))) {
-    return finish(c, nullptr);
-  }
-  if (!check_no_alias(c, *out, "out", *q, "q") ||
-      (opt.counts != nullptr && !check_no_alias(c, *out, "out", *opt.counts, "counts")) ||
-      !check_clear_of_cache(c, *cache, layer, *out, "out", true)) {
-    return finish(c, nullptr);
-  }
-  // The slots the kernel reads: a size query covers every length.
-  const int64_t lo =
-      mode == CallMode::kSize ? 1 : slots_read(*cache, longest_length(*cache, layer));
-  const int64_t hi = mode == CallMode::kSize ? o.capacity : lo;
-  // A kernel for the call's dtypes; else (F16 / BF16 q or out that no kernel takes over this
-  // cache) an F32-query kernel with q and out staged in F32, as attngen_attention() does.
-  // (Without a kernel of those dtypes at all, straight to F32: a failed selection's message would
-  // allocate.)
-  Check native;
-  DecodeKernels kernels;
-  if (opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
-      may_fit_natively(decode_query(*cache, q->dtype, out->dtype))) {
-    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
-  }
-  F32Staging staging;
-  attngen_tensor q32 = *q, out32 = *out;
-  if (kernels.short_keys == nullptr) {
-    const bool stage =
-        opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
-    kernels = stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi)
-                    : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
-    if (kernels.short_keys == nullptr) return finish(c, nullptr);
-    if (!staging.input(c, *q, "q", &q32) || !staging.output(c, *out, "out", &out32)) {
-      return finish(c, nullptr);
-    }
-  }
-  const attngen_kernel_info* ran =
-      run_decode(c, kernels, *cache, layer, q32, out32, opt.scale, counts, kv_len, opt.kv_splits);
-  if (ran != nullptr) staging.commit();
+  const attngen_kernel_info* ran = execute_decode(c, call, choice);
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
-  return finish(c, ran != nullptr ? ran : kernels.short_keys);
+  return finish(c, ran != nullptr ? ran : choice.kernels.short_keys);
 }
 
 // A linear kernel's arguments (Halide views kept here).
@@ -467,6 +506,31 @@ attngen_status layer_decode(CallMode mode, attngen_mha_layer* mha, const attngen
                         opt.counts, opt.kv_splits, bytes);
 }
 
+// Whether a run's cache is one the plan was made for: the options that shape its kernels,
+// storage and validation (any layer count; the layer is the run's); false, c saying which
+// differs.
+bool same_cache_shape(Check& c, const attngen_kv_cache_options& planned,
+                      const attngen_kv_cache_options& run) {
+  const struct {
+    int64_t planned, run;
+    const char* name;
+  } fields[] = {{planned.batch, run.batch, "batch"},
+                {planned.heads_kv, run.heads_kv, "heads_kv"},
+                {planned.head_dim_qk, run.head_dim_qk, "head_dim_qk"},
+                {planned.head_dim_v, run.head_dim_v, "head_dim_v"},
+                {planned.capacity, run.capacity, "capacity"},
+                {planned.window, run.window, "window"},
+                {static_cast<int64_t>(planned.dtype), static_cast<int64_t>(run.dtype), "dtype"}};
+  for (const auto& f : fields) {
+    if (f.planned != f.run) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    std::string("the cache's ") + f.name + " is " + std::to_string(f.run) +
+                        ", the plan's cache had " + std::to_string(f.planned));
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 }  // namespace attngen::rt
@@ -486,6 +550,106 @@ attngen_mha_decode_options attngen_mha_decode_options_default(void) {
   o.struct_size = sizeof o;
   return o;
 }
+
+attngen_decode_data attngen_decode_data_default(void) {
+  attngen_decode_data d{};
+  d.struct_size = sizeof d;
+  return d;
+}
+
+}  // extern "C"
+
+struct attngen_decode_plan {
+  attngen_tensor q{}, out{}, counts{};  // descriptions, data pointers cleared
+  attngen_decode_options opt{};         // its counts pointing at `counts` (or NULL)
+  attngen_kv_cache_options cache{};     // of the cache it was made for
+  DecodeChoice choice;
+  KernelNeed need;   // of the kernels' runs at every length, measured when the plan was made
+  size_t bytes = 0;  // the workspace a run needs
+};
+
+extern "C" {
+
+attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen_kv_cache* cache,
+                                          int64_t layer, const attngen_tensor* out,
+                                          const attngen_decode_options* options,
+                                          attngen_decode_plan** plan) {
+  Check c;
+  if (plan == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+    return finish(c, nullptr);
+  }
+  *plan = nullptr;
+  CallScratch scratch(CallMode::kSize);
+  DecodeCall call{q, cache, layer, const_cast<attngen_tensor*>(out),
+                  attngen_decode_options_default()};
+  DecodeChoice choice;
+  if (!read_options(c, options, "options", &call.opt) ||
+      !prepare_decode(c, scratch, CallMode::kSize, call, &choice) ||
+      execute_decode(c, call, choice) == nullptr) {
+    return finish(c, nullptr);
+  }
+  attngen_decode_plan* p = new (std::nothrow) attngen_decode_plan;
+  if (p == nullptr) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
+    return finish(c, nullptr);
+  }
+  p->q = *q;
+  p->out = *out;
+  p->q.data = p->out.data = nullptr;
+  p->opt = call.opt;
+  p->opt.kernel = nullptr;  // resolved into the plan's choice
+  if (call.opt.counts != nullptr) {
+    p->counts = *call.opt.counts;
+    p->counts.data = nullptr;
+    p->opt.counts = &p->counts;
+  }
+  p->cache = cache->options;
+  p->choice = choice;
+  p->need = scratch.measured_need();
+  p->bytes = scratch.bytes();
+  *plan = p;
+  return finish(c, choice.kernels.short_keys);
+}
+
+attngen_status attngen_decode_plan_workspace_size(const attngen_decode_plan* plan, size_t* bytes) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (bytes == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (c.ok()) *bytes = plan->bytes;
+  return finish(c, nullptr);
+}
+
+attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
+                                       const attngen_kv_cache* cache, int64_t layer,
+                                       const attngen_decode_data* data) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
+  attngen_decode_data d = attngen_decode_data_default();
+  if (!c.ok() || !read_options(c, data, "data", &d) || !check_cache_layer(c, cache, layer) ||
+      !same_cache_shape(c, plan->cache, cache->options)) {
+    return finish(c, nullptr);
+  }
+  attngen_tensor q = plan->q, out = plan->out, counts = plan->counts;
+  q.data = const_cast<void*>(d.q);
+  out.data = d.out;
+  attngen_decode_options opt = plan->opt;
+  if (plan->opt.counts != nullptr) {
+    counts.data = const_cast<void*>(d.counts);
+    opt.counts = &counts;
+  } else if (d.counts != nullptr) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "data.counts is set, but the plan's call has no counts");
+    return finish(c, nullptr);
+  }
+  CallScratch scratch(CallMode::kRun);
+  scratch.set_planned_need(&plan->need);
+  DecodeCall call{&q, cache, layer, &out, opt};
+  if (!prepare_decode(c, scratch, CallMode::kRun, call, nullptr)) return finish(c, nullptr);
+  return finish(c, execute_decode(c, call, plan->choice));
+}
+
+void attngen_decode_plan_destroy(attngen_decode_plan* plan) { delete plan; }
 
 attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
                               attngen_tensor* out, const attngen_decode_options* options) {

@@ -182,6 +182,12 @@ class CallScratch {
   static constexpr int kMaxHeap = 16;
   void* heap_[kMaxHeap] = {};
   int heap_count_ = 0;
+  // Without a workspace, the first small buffers (a decode's counts and lengths, key padding)
+  // come from here instead of the heap: a small call's malloc and free pairs were a third of
+  // its runtime cost above the kernel (bench/RESULTS.md, "One vocabulary").
+  static constexpr size_t kInlineBytes = 512;
+  alignas(kWorkspaceAlignment) char inline_[kInlineBytes];
+  size_t inline_used_ = 0;
 };
 
 // The kernel configuration a call's memory depends on: the kernel and every buffer's type and

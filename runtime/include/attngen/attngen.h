@@ -386,6 +386,45 @@ attngen_decode_options attngen_decode_options_default(void);
 attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* cache, int64_t layer,
                               attngen_tensor* out, const attngen_decode_options* options);
 
+/* ---- Decode plans: attngen_decode() validated and chosen once ----
+ *
+ * As attention plans (above): made from one call's arguments (validated as attngen_decode()
+ * does; the kernel of each form chosen, for every length the cache may hold; the workspace
+ * measured over every such length, as attngen_decode_workspace_size() does: nothing is written or
+ * appended, and the cache need not hold the queries yet). A run takes a cache of the same options
+ * but its layer count (batch, heads_kv, head dims, capacity, window, dtype; another cache, or
+ * another layer, than the one the plan was made with), a layer, and the data pointers; it checks
+ * what depends on them (the cache's lengths, NULL, alignment, overlaps) and runs the kernel of the
+ * form the cache's length calls for, with the results of attngen_decode() bit for bit. */
+typedef struct attngen_decode_plan attngen_decode_plan;
+
+/* The data of one decode run: q and out, and counts where the plan's call had counts. */
+typedef struct attngen_decode_data {
+  size_t struct_size; /* sizeof(attngen_decode_data): the ABI rule above */
+  const void* q;
+  void* out;
+  const void* counts;
+} attngen_decode_data;
+
+/* struct_size set, every pointer NULL. */
+attngen_decode_data attngen_decode_data_default(void);
+
+attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen_kv_cache* cache,
+                                          int64_t layer, const attngen_tensor* out,
+                                          const attngen_decode_options* options,
+                                          attngen_decode_plan** plan);
+
+/* Workspace bytes a run needs, at any length the cache may hold (at the thread count set when
+ * the plan was made, or fewer). */
+attngen_status attngen_decode_plan_workspace_size(const attngen_decode_plan* plan, size_t* bytes);
+
+attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
+                                       const attngen_kv_cache* cache, int64_t layer,
+                                       const attngen_decode_data* data);
+
+/* Frees the plan. NULL is a no-op. */
+void attngen_decode_plan_destroy(attngen_decode_plan* plan);
+
 typedef struct attngen_mha_decode_options {
   size_t struct_size;           /* sizeof(attngen_mha_decode_options): the ABI rule above */
   int64_t num_heads;            /* H; the cache must have Hkv = H and Dqk = Dv = E / H */
