@@ -159,10 +159,12 @@ int variant_cmake(const Options& o) {
   cmake_set("ATTNGEN_V_NAME", kernel_name(v, t));
   cmake_set("ATTNGEN_V_GENERATOR", op_name(v.op));
   cmake_set("ATTNGEN_V_ISA", t.name);
-  // `host` in a cross build is the machine the generator runs on, not the one the kernel is for.
-  cmake_set("ATTNGEN_V_HALIDE_TARGET", host && o.cross.empty() ? std::string("host")
-                                       : opencl                ? opencl_target(t.halide_target)
-                                                               : std::string(t.halide_target));
+  // `host` is the row it resolves to, Halide target included: Halide's own "host" target names
+  // every feature the build machine has, which its LLVM CPU may use beyond the row's CPU check
+  // (on AVX512-BF16 CPUs without AVX512-FP16, such as Zen 4, LLVM's sapphirerapids emits vmovw:
+  // kernels named for avx512 died of SIGILL there).
+  cmake_set("ATTNGEN_V_HALIDE_TARGET",
+            opencl ? opencl_target(t.halide_target) : std::string(t.halide_target));
   cmake_set("ATTNGEN_V_RUNTIME", runtime);
   cmake_set("ATTNGEN_V_RUNTIME_TARGET", runtime_target);
   cmake_set("ATTNGEN_V_VARIANT", param);
