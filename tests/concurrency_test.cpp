@@ -31,6 +31,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "runtime/src/block_cache.h"
+#include "tests/isas.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -266,26 +267,13 @@ bool all_written(const std::vector<float>& out) {
   return true;
 }
 
-// The ISAs automatic dispatch can be restricted to on this machine (attngen_set_isa()), from
-// the kernels built; CUDA's copies are left out.
-std::vector<std::string> runnable_isas() {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
-    const std::string isa = attngen_kernel_at(i)->isa;
-    if (isa == "cuda" || std::find(out.begin(), out.end(), isa) != out.end()) continue;
-    if (attngen_set_isa(isa.c_str()) == ATTNGEN_OK) out.push_back(isa);
-  }
-  attngen_set_isa(nullptr);
-  return out;
-}
-
 // Each job's output alone (this thread, no other call running), per kernel that ran it: one
 // entry per ISA whose kernels run every job. Returns the ISAs kept ("" first: the default).
 std::vector<std::string> serial_results(
     const std::vector<Job>& jobs, std::vector<std::map<std::string, std::vector<float>>>& results) {
   results.assign(jobs.size(), {});
   std::vector<std::string> kept;
-  std::vector<std::string> isas = runnable_isas();
+  std::vector<std::string> isas = runnable_cpu_isas();
   isas.insert(isas.begin(), "");
   for (const std::string& isa : isas) {
     EXPECT_EQ(attngen_set_isa(isa.empty() ? nullptr : isa.c_str()), ATTNGEN_OK);

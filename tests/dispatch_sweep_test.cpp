@@ -14,6 +14,7 @@
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
 #include "tests/attention_tester.h"
+#include "tests/isas.h"
 
 namespace attngen::test {
 namespace {
@@ -54,19 +55,6 @@ std::vector<attngen_pattern> patterns() {
   p.local = 3;
   p.global_tokens = 2;
   out.push_back(p);
-  return out;
-}
-
-// The CPU ISAs automatic dispatch can be forced onto here (CUDA's kernels copy host buffers and
-// are tested by tests/cuda and the OpenCL build).
-std::vector<std::string> runnable_cpu_isas() {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
-    const std::string isa = attngen_kernel_at(i)->isa;
-    if (isa == "cuda" || std::find(out.begin(), out.end(), isa) != out.end()) continue;
-    if (attngen_set_isa(isa.c_str()) == ATTNGEN_OK) out.push_back(isa);
-  }
-  attngen_set_isa(nullptr);
   return out;
 }
 

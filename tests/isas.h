@@ -1,0 +1,26 @@
+// The ISAs automatic dispatch can be restricted to on this machine (attngen_set_isa()), from the
+// kernels built; CUDA's are left out (they copy host buffers: tests/cuda and the OpenCL build test
+// them).
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+
+namespace attngen::test {
+
+inline std::vector<std::string> runnable_cpu_isas() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const std::string isa = attngen_kernel_at(i)->isa;
+    if (isa == "cuda" || std::find(out.begin(), out.end(), isa) != out.end()) continue;
+    if (attngen_set_isa(isa.c_str()) == ATTNGEN_OK) out.push_back(isa);
+  }
+  attngen_set_isa(nullptr);
+  return out;
+}
+
+}  // namespace attngen::test
