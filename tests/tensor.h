@@ -24,24 +24,15 @@ namespace attngen::test {
 
 // A quiet NaN with a recognisable payload: outputs are filled with it before a call, so an
 // element the kernel did not write fails every comparison, and gaps must still hold it after.
-inline float poison() {
-  const uint32_t bits = 0x7fc0dead;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+inline float poison() { return attngen::f32_from_bits(0x7fc0dead); }
 
-inline bool is_poison(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits == 0x7fc0dead;
-}
+inline bool is_poison(float f) { return attngen::f32_bits(f) == 0x7fc0dead; }
 
 // What the tests need to know of an element type: its attngen_dtype, its poison value, and
 // conversions to and from double (rounding to nearest even, in one step from the double). These
 // are the tests' own conversions, written from the IEEE formats with frexp/ldexp, independent of
-// the runtime's bit manipulation (runtime/src/convert.cpp), which tests/dtype_test.cpp checks
-// against them. Adding a dtype is one entry here plus its row in kTolerances below.
+// the dtype rows' bit manipulation (core/dtype.h), which tests/dtype_test.cpp checks against
+// them. Adding a dtype is one entry here (its tolerance is its row's in core/dtype.h).
 template <typename T>
 struct ElementTraits;
 
