@@ -69,6 +69,8 @@ inline bool cpu_feature(std::string_view f) {
 #elif defined(__aarch64__)
   // ARMv8.2-A half-precision arithmetic: HWCAP_ASIMDHP (Linux's asm/hwcap.h).
   if (f == "asimdhp") return (getauxval(AT_HWCAP) & (1UL << 10)) != 0;
+  // ARMv8.2-A dot products (sdot, udot): HWCAP_ASIMDDP.
+  if (f == "asimddp") return (getauxval(AT_HWCAP) & (1UL << 20)) != 0;
   return f == "aarch64";
 #elif defined(__arm__)
   // 32-bit ARM: "arm" for any such process; NEON is HWCAP_NEON (bit 12 of AT_HWCAP, Linux's

@@ -18,8 +18,20 @@ enum class Isa {
   kAmx,
   kNeon,
   kNeonFp16,
+  kNeonDot,
   kNeon32,
   kCuda
+};
+
+// The integer dot products by which a row's decode kernels over i8 caches take q.k (each query
+// row quantised as the cache quantises a K row: generator/decode_algorithm.cpp), if any.
+enum class Int8Dot {
+  kNone,
+  // u8 x i8, 4 products summed into each 32-bit lane (AVX512-VNNI's vpdpbusd): K's bytes offset
+  // into u8; P.V by these products too (the weights in fixed point, as u8 limbs).
+  kU8ByI8,
+  // i8 x i8, 4 products summed into each 32-bit lane (ARMv8.2-A DotProd's sdot); P.V in f32.
+  kI8ByI8,
 };
 
 struct TargetRow {
@@ -54,6 +66,10 @@ struct TargetRow {
   // Instructions (CMake regex) the generated assembly must not contain: the row's Halide target
   // lets LLVM use more than the CPU check asks for ("" for none; tests/check_asm.cmake).
   const char* asm_forbidden = "";
+  // The decode kernels' integer dot products over i8 caches, and the instruction (a CMake regex)
+  // by which their assembly shows them (tests/check_asm.cmake).
+  Int8Dot int8_dot = Int8Dot::kNone;
+  const char* int8_dot_asm = "";
 };
 
 #define ATTNGEN_X86_64 "x86-64-linux"
@@ -76,6 +92,12 @@ inline constexpr TargetRow kTargets[] = {
     // f16 kernels with ARMv8.2-A half-precision arithmetic (fmla on .8h vectors).
     {Isa::kNeonFp16, "neonfp16", "aarch64", "arm-64-linux-arm_fp16", "arm-64-linux", 16, 32, 24,
      "aarch64 asimdhp", 6, "fmla[^\n]*v[0-9]+\\.8h", "neon", "f16"},
+    // Decode kernels over i8 caches whose q.k are ARMv8.2-A DotProd products (sdot: 4 i8 x i8
+    // products summed into each 32-bit lane; HWCAP_ASIMDDP): Cortex-A55/A76 onward. Its only
+    // kernels are those (dtypes "i8": the i8 caches'; DecodeSpec::int8_dot).
+    {Isa::kNeonDot, "neondot", "aarch64", "arm-64-linux-arm_dot_prod", "arm-64-linux", 16, 32, 24,
+     "aarch64 asimddp", 5, "sdot[^\n]*v[0-9]+\\.4s", "neon", "i8", "", Int8Dot::kI8ByI8,
+     "sdot[^\n]*v[0-9]+\\.4s"},
     // 32-bit ARM (ARMv7-A, hard float: Debian's armhf) with NEON: 16 q registers of 128 bits.
     // Halide's arm-32 target is LLVM's cortex-a9 with +neon (VFPv3-D32 and NEON, what
     // -mfpu=neon means to GCC): no VFPv4, so no fused vfma, and LLVM's cortex-a9 tuning splits
@@ -102,7 +124,8 @@ inline constexpr TargetRow kTargets[] = {
      // and 5 lack: it moves 16-bit elements with vmovw where a kernel gathers them. It also has
      // AVX-VNNI, the VEX-encoded dot products ({vex} vpdpbusd on ymm and xmm vectors) that Zen 4
      // lacks too: the i8 decode kernels' dot products must stay EVEX (zmm).
-     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]|{vex}"},
+     "\t(vmovw|vmovsh|v[a-z0-9]+(ph|sh)|vcvt[a-z0-9]*(psx|phx))[\t ]|{vex}", Int8Dot::kU8ByI8,
+     "vpdpbusd[^\n]*zmm"},
     // bf16 attention whose q.k and p.v are AMX tile products (tdpbf16ps: a 16 x 16 tile of f32
     // sums of 32-long bf16 dot products, 15x the FMAs' multiply-adds on Sapphire Rapids), the
     // softmax between them in AVX-512. The same Halide target as avx512bf16 (the generator tells
@@ -146,8 +169,9 @@ inline const TargetRow& target_row(Isa isa) {
 // keys up to its last row, half a row on average, so its rows stay in L2 twice as long.
 // Measured on AVX-512 with K/V packed per head, against the variant list's key blocks (512
 // dense, 256 causal): dense S2048 equal, S2560-S4608 the key blocks 0.89-0.97 of the rows' time;
-// causal S2560-S3072 the rows 0.95-1.0, S4096 equal (bench/RESULTS.md, session 22).
-// bench/autotune tunes each form on the lengths it serves (the generator's --describe says).
+// causal S2560-S3072 the rows 0.95-1.0, S4096 equal (bench/RESULTS.md, "Key blocks of 512 / 256
+// keys and the row form to 2048 keys"). bench/autotune tunes each form on the lengths it serves
+// (the generator's --describe says).
 inline constexpr long long long_keys(bool causal) { return causal ? 4096 : 2048; }
 
 // Dispatch between the forms of decode kernels (runtime/src/registry.cpp): from this many cached
@@ -156,7 +180,7 @@ inline constexpr long long long_keys(bool causal) { return causal ? 4096 : 2048;
 // at long ones larger blocks spend less per block (statistics, the merge into the running state,
 // P.V's partial sums). Measured for the AVX512-VNNI i8 kernel at D128 (B1 Hq 32 / Hkv 8, 2
 // threads): blocks of 256 keys 0.93 of the time at Skv 8192, 0.86-0.93 at 512-2048, 1.15 at 384
-// and 1.5 at 16 (bench/RESULTS.md, session 31).
+// and 1.5 at 16 (bench/RESULTS.md, "Every call's thread count read once").
 inline constexpr long long kDecodeLongKeys = 512;
 
 // Whether a row builds kernels of element type `dtype` ("f32"; its `dtypes`).
@@ -210,11 +234,10 @@ inline const char* row_prefetches_slots(const TargetRow& t) {
 }
 
 // The instruction (a CMake regex for the assembly test) of the row's decode kernels over i8
-// caches whose q.k are integer dot products (generator/variant.h, int8_dot_decode), or nullptr
-// where the row converts K to f32: AVX512-VNNI's vpdpbusd on the avx512bf16 row (every
-// AVX512-BF16 CPU has VNNI, and the row's Halide target enables both), on zmm vectors.
+// caches whose q.k are integer dot products (TargetRow::int8_dot; generator/variant.h,
+// int8_dot_decode), or nullptr where the row converts K to f32.
 inline const char* row_int8_dots(const TargetRow& t) {
-  return t.isa == Isa::kAvx512Bf16 ? "vpdpbusd[^\n]*zmm" : nullptr;
+  return t.int8_dot != Int8Dot::kNone ? t.int8_dot_asm : nullptr;
 }
 
 // Lanes of one native vector of elements of `element_bytes` bytes.

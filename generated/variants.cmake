@@ -26,7 +26,7 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 96 MASK causal"
     "OP attention HEAD_DIM 256 MASK causal"
     # (No short-sequence QUERY_TILE kernel: AVX-512's tuned D64 tile, schedules/tuned/, pads
-    # ViT's rows less than the QUERY_TILE 32 kernel did; bench/RESULTS.md, session 28.)
+    # ViT's rows less than the QUERY_TILE 32 kernel did; bench/RESULTS.md, "Tiles of 16 query rows for AVX-512's D64 attention".)
     # The key-block (online softmax) form asked for explicitly: the runtime prefers these for
     # long key sequences (runtime/src/registry.cpp). Blocks of 512 keys dense and 256 causal
     # (a causal tile's last block is partly masked): 0.89-0.95 and 0.95-0.98 of the time of
@@ -138,7 +138,7 @@ set(ATTNGEN_VARIANTS
     # The key-block form of decode asked for explicitly: the runtime prefers it from 512 cached
     # keys (core/targets.h, kDecodeLongKeys). Blocks of 256 keys for the i8 cache at D128:
     # 0.93 of the time of blocks of 128 at Skv 8192 on AVX512-VNNI, 0.95 on AVX-512 without it
-    # (bench/RESULTS.md, session 31); on the AVX-512 rows only, where measured (CUDA's blocks
+    # (bench/RESULTS.md, "Every call's thread count read once"); on the AVX-512 rows only, where measured (CUDA's blocks
     # are bounded by shared memory: 256 keys would take 152 KiB).
     "OP decode KV_DTYPE i8 HEAD_DIM 128 KEY_BLOCK 256 ONLY_ISAS avx512 avx512bf16"
 )

@@ -17,7 +17,9 @@
 namespace attngen {
 
 // Compile-time shape of an attention kernel (generator params).
-struct AttentionSpec {
+// What a kernel computes, as its variant says (generator/plan.h, attention_problem): fixed when
+// the variant is read, never changed by a planner or a schedule.
+struct AttentionProblem {
   int head_dim_qk = 64;
   int head_dim_v = 64;
   MaskKind mask = MaskKind::kNone;
@@ -31,6 +33,13 @@ struct AttentionSpec {
   bool bf16 = false;     // q, k and v are bf16 (their conversion is the generator's)
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
+};
+
+// How a kernel computes its problem: the variant's requested form (its KEY_BLOCK or tuned
+// key_block, its row: generator/plan.h, requested_attention_form) completed by the target's
+// planner (schedules/schedule.h, plan_attention), which returns it; the generator adds the
+// target's native operations (native_exp). The algorithm reads it where it shapes the pipeline.
+struct AttentionForm {
   // 0: whole score rows (softmax over a row at once). > 0: the keys are taken in blocks of this
   // many, merged with an online softmax (FlashAttention), so no buffer grows with Sq x Skv.
   int key_block = 0;
@@ -86,6 +95,13 @@ struct AttentionSpec {
   // prefix for the names of the part's Funcs (Halide needs them distinct within a pipeline).
   bool without_diagonal = false;
   std::string part;
+};
+
+// A problem in a form: what the algorithm (define_attention) and the schedules take, read only.
+struct AttentionSpec : AttentionProblem, AttentionForm {
+  AttentionSpec() = default;
+  AttentionSpec(const AttentionProblem& problem, const AttentionForm& form)
+      : AttentionProblem(problem), AttentionForm(form) {}
 };
 
 // The parts of a kernel with strided_classes (each with strided_classes off).

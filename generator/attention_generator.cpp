@@ -74,9 +74,11 @@ class Attention : public Generator<Attention> {
   }
 
   void generate() {
-    attngen::AttentionSpec spec = attngen::attention_spec(v_, get_target());
-    const attngen::AttentionTunables tunables =
-        attngen::plan_attention(spec, attngen::attention_tunables(v_), get_target());
+    // The problem in the form the target's planner returns, plus the target's native exp.
+    const attngen::PlannedAttention planned =
+        attngen::planned_attention(v_, attngen::attention_tunables(v_), get_target());
+    const attngen::AttentionTunables& tunables = planned.tunables;
+    attngen::AttentionForm form = planned.spec;
 
     // The algorithm computes in f32: other element types convert where Q, K and V are read
     // (and K/V staged), the output where it is written.
@@ -84,8 +86,9 @@ class Attention : public Generator<Attention> {
     const bool native_f16 = attngen::use_native_f16(get_externs_map(), get_target(),
                                                     attngen::target_row_of(get_target()),
                                                     v_.dtype == attngen::DType::kF16);
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
+    form.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
                                               attngen::target_row_of(get_target()));
+    const attngen::AttentionSpec spec(planned.spec, form);
     attngen::AttentionInputs in;
     in.q = spec.bf16_pairs ? Func(*q) : attngen::as_f32(*q, native_f16);
     in.k = attngen::as_f32(*k, native_f16);

@@ -58,7 +58,8 @@ Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
 //    scale is NaN (a V row holding a NaN or an infinity, only where v_finite is false) makes the
 //    block's P.V NaN, as in f32: pv_max takes the weights' magnitudes' bits, in which a NaN of
 //    either sign or an infinity is above every finite value (before, a separate pass summed the
-//    weights to find it: 0.98 of the time without that pass, session 31).
+//    weights to find it: 0.98 of the time without that pass, bench/RESULTS.md, "Every call's thread
+//    count read once").
 void define_i8_pv(DecodeFuncs& f, int block, const Expr& v_finite, const Expr& dv, bool generic,
                   bool int8_dot) {
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb;
@@ -214,13 +215,14 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.rd = RDom(0, spec.head_dim_qk, "rd");
   f.dot = Func("dot");
   Expr dot;
-  if (spec.int8_dot) {
+  if (spec.int8_dot != Int8Dot::kNone) {
     // Each query row quantised as the cache quantises a K row (runtime/src/convert.h,
     // quantise_i8): scale = max|q| / 127, q_i8 = round(q / scale) in [-127, 127]; a row of
     // zeros has scale 0, one holding a NaN or an infinity a NaN scale (every score of the row
-    // NaN, as in f32). K's i8 elements become u8 by an offset of 128 (flipping the sign bit),
-    // so q.k = q_scale * (sum of q_i8 * (k_i8 + 128) - 128 * sum of q_i8): vpdpbusd's u8 x i8
-    // products, four per 32-bit lane, summed exactly in integers. max|q| is taken on the
+    // NaN, as in f32). q.k = q_scale * (sum of q_i8 * k_i8), summed exactly in integers: i8 x
+    // i8 products (sdot) as they are; for u8 x i8 products (vpdpbusd) K's i8 elements become u8
+    // by an offset of 128 (flipping the sign bit), q.k = q_scale * (sum of q_i8 * (k_i8 + 128) -
+    // 128 * sum of q_i8). Four products per 32-bit lane either way. max|q| is taken on the
     // elements' bits (sign cleared): integers order as the floats they hold, and infinities and
     // NaNs come out above every finite value (Halide's float comparisons assume neither). Both
     // divisions are strict floats: without, a q element now and then rounded the other way from
@@ -243,13 +245,19 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
         finite && amax_bits > Expr(uint32_t{0}),
         cast<int8_t>(clamp(Halide::round(strict_float(f.q(d, r, hk, b) / scale)), -127.0f, 127.0f)),
         cast<int8_t>(0));
-    f.q_sum = Func("q_sum");
-    f.q_sum(r, hk, b) = 0;
-    f.q_sum(r, hk, b) += cast<int32_t>(f.q_i8(f.rq, r, hk, b));
-    const Expr k_u8 = reinterpret(UInt(8), f.k_stored(f.rd, s, hk, b)) ^ cast<uint8_t>(0x80);
     f.dot(s, r, hk, b) = 0;
-    f.dot(s, r, hk, b) += cast<int32_t>(k_u8) * cast<int32_t>(f.q_i8(f.rd, r, hk, b));
-    dot = cast<float>(f.dot(s, r, hk, b) - 128 * f.q_sum(r, hk, b)) * scale;
+    if (spec.int8_dot == Int8Dot::kI8ByI8) {
+      f.dot(s, r, hk, b) +=
+          cast<int32_t>(f.k_stored(f.rd, s, hk, b)) * cast<int32_t>(f.q_i8(f.rd, r, hk, b));
+      dot = cast<float>(f.dot(s, r, hk, b)) * scale;
+    } else {
+      f.q_sum = Func("q_sum");
+      f.q_sum(r, hk, b) = 0;
+      f.q_sum(r, hk, b) += cast<int32_t>(f.q_i8(f.rq, r, hk, b));
+      const Expr k_u8 = reinterpret(UInt(8), f.k_stored(f.rd, s, hk, b)) ^ cast<uint8_t>(0x80);
+      f.dot(s, r, hk, b) += cast<int32_t>(k_u8) * cast<int32_t>(f.q_i8(f.rd, r, hk, b));
+      dot = cast<float>(f.dot(s, r, hk, b) - 128 * f.q_sum(r, hk, b)) * scale;
+    }
   } else if (quantised) {
     // q.k over an i8 cache in f32: q's row read through q_tiled, its elements 4 at a time
     // (those sharing a 32-bit lane of K's group layout) repeated for 4 adjacent keys, the same
@@ -284,7 +292,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
   if (quantised && block % kSlotGroup == 0) {
-    define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot);
+    define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot == Int8Dot::kU8ByI8);
   }
   // An f16 or bf16 cache: P.V with the block's keys taken as (group of the block, slot of the
   // group), so that a key's V, a row of its group's V part, is indexed without a division of the

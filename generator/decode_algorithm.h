@@ -24,13 +24,15 @@
 #pragma once
 
 #include "Halide.h"
+#include "core/targets.h"
 
 namespace attngen {
 
-struct DecodeSpec {
+// What a decode kernel computes, as its variant says (generator/plan.h, decode_problem): fixed
+// when the variant is read.
+struct DecodeProblem {
   int head_dim_qk = 64;
   int head_dim_v = 64;
-  int key_block = 64;  // keys per block of the online softmax
   // Element type of the cached K and V: f32, f16 and bf16 are converted to f32 where they are
   // read; i8 is symmetric-quantised with one f32 scale per (slot, kv head) for K and one for V
   // (DecodeInputs::kv_scales), applied to the score and folded into the probabilities.
@@ -38,6 +40,13 @@ struct DecodeSpec {
   // Generic kernel: head_dim_qk / head_dim_v are the largest head dims it takes (the cache's
   // are DecodeInputs::dqk / dv, padded with zeros up to these).
   bool generic = false;
+};
+
+// How a decode kernel computes it: the variant's key block (0: the target's) completed by the
+// target's planner (schedules/schedule.h, plan_decode), and what the target's row and native
+// operations decide (the generator sets those).
+struct DecodeForm {
+  int key_block = 64;  // keys per block of the online softmax
   // The target flushes subnormal f32 operands to zero (32-bit NEON always does): f16 K/V are
   // then widened without f32 arithmetic on subnormals.
   bool flushes_subnormals = false;
@@ -45,14 +54,22 @@ struct DecodeSpec {
   bool native_f16 = false;
   // The softmax's exps by the native code of online_softmax.h (use_native_exp).
   bool native_exp = false;
-  // An i8 cache's q.k as 8-bit integer dot products (x86 VNNI's vpdpbusd): each query row is
-  // quantised to i8 with one f32 scale per row (max|q| / 127), and K's i8 elements are offset
-  // by 128 into u8 (the u8 x i8 products vpdpbusd takes), the row's sum times 128 taken off.
-  bool int8_dot = false;
+  // An i8 cache's q.k as 8-bit integer dot products, the target row's (core/targets.h): each
+  // query row is quantised to i8 with one f32 scale per row (max|q| / 127); u8 x i8 (x86 VNNI's
+  // vpdpbusd) takes K's i8 elements offset by 128 into u8, the row's sum times 128 taken off,
+  // and P.V as such products too; i8 x i8 (ARM's sdot) takes K as it is.
+  Int8Dot int8_dot = Int8Dot::kNone;
   // An f16 or bf16 cache's P.V takes a block's keys as (group, slot of the group)
   // (decode_algorithm.cpp): the CPU schedules, whose prefetch of a key's V needs it; the CUDA
   // schedule stages each block's V through `v` instead.
   bool pv_by_group = false;
+};
+
+// A problem in a form: what define_decode and the schedules take, read only.
+struct DecodeSpec : DecodeProblem, DecodeForm {
+  DecodeSpec() = default;
+  DecodeSpec(const DecodeProblem& problem, const DecodeForm& form)
+      : DecodeProblem(problem), DecodeForm(form) {}
 };
 
 struct DecodeInputs {
@@ -91,9 +108,9 @@ struct DecodeFuncs {
   Halide::Func k_scale, v_scale;  // (s, hk, b) an i8 cache's scales, slot clamped (else undefined)
   Halide::Func position;          // (s, b) position held by slot s, negative when it holds none
   Halide::Func row_position;      // (r, b) position of row r's query, -1 for padding rows
-  Halide::Func dot;               // (s, r, hk, b) raw q.k (spec.int8_dot: i32, of q_i8 and k_u8)
-  // spec.int8_dot only: (r, hk, b) the bits of max|q| of a row, its scale and the sum of its
-  // quantised elements; (d, r, hk, b) the quantised row.
+  Halide::Func dot;               // (s, r, hk, b) raw q.k (spec.int8_dot: i32, of q_i8 and K)
+  // spec.int8_dot only: (r, hk, b) the bits of max|q| of a row, its scale and (u8 x i8 only) the
+  // sum of its quantised elements; (d, r, hk, b) the quantised row.
   Halide::Func q_amax, q_scale, q_sum, q_i8;
   // An i8 cache without int8_dot: (e, dg, r, hk, b) = q (dg * 4 + e % 4, r, hk, b), e < 16: q.k
   // reads q's row through it (inline unless a schedule stages it: schedules/cpu_decode.cpp).

@@ -57,19 +57,23 @@ class Decode : public Generator<Decode> {
   }
 
   void generate() {
-    attngen::DecodeSpec spec = attngen::decode_spec(v_);
-    spec.flushes_subnormals = get_target().arch == Halide::Target::ARM && get_target().bits == 32;
-    spec.native_f16 = attngen::use_native_f16(
-        get_externs_map(), get_target(), attngen::target_row_of(get_target()),
+    // The form: the variant's key block, what the target's row and native operations decide,
+    // then the target's planner.
+    attngen::DecodeForm form = attngen::requested_decode_form(v_);
+    form.flushes_subnormals = get_target().arch == Halide::Target::ARM && get_target().bits == 32;
+    const attngen::TargetRow& row = attngen::target_row_of(get_target());
+    form.native_f16 = attngen::use_native_f16(
+        get_externs_map(), get_target(), row,
         v_.dtype == attngen::DType::kF16 || v_.kv_dtype == attngen::DType::kF16);
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
-                                              attngen::target_row_of(get_target()));
-    // i8 caches on the avx512bf16 row: q.k by VNNI (attngen::int8_dot_decode).
-    spec.int8_dot = attngen::int8_dot_decode(v_) &&
-                    get_target().has_feature(Halide::Target::AVX512_SapphireRapids);
-    spec.pv_by_group = !get_target().has_gpu_feature();
-    const attngen::DecodeTunables tunables =
-        attngen::plan_decode(spec, attngen::decode_tunables(v_), get_target());
+    form.native_exp = attngen::use_native_exp(get_externs_map(), get_target(), row);
+    // i8 caches on a row with integer dot products: q.k by them (attngen::int8_dot_decode).
+    if (attngen::int8_dot_decode(v_)) form.int8_dot = row.int8_dot;
+    form.pv_by_group = !get_target().has_gpu_feature();
+    const attngen::DecodeProblem problem = attngen::decode_problem(v_);
+    const attngen::DecodePlan plan =
+        attngen::plan_decode(problem, form, attngen::decode_tunables(v_), get_target());
+    const attngen::DecodeSpec spec(problem, plan.form);
+    const attngen::DecodeTunables& tunables = plan.tunables;
 
     attngen::DecodeInputs in;
     in.q = attngen::as_f32(*q, spec.native_f16);
@@ -160,7 +164,7 @@ class Decode : public Generator<Decode> {
         spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
       } else if (!i8) {
         spans = {{k->name(), bytes, line}, {v->name(), bytes, spec.head_dim_v * bytes}};
-      } else if (spec.int8_dot) {
+      } else if (spec.int8_dot != attngen::Int8Dot::kNone) {
         spans = {{k->name(), bytes, line, k_extent * bytes}};
       } else {
         spans = {{k->name(), bytes, slot_stride * bytes}};

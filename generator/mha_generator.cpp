@@ -79,10 +79,12 @@ class Mha : public Generator<Mha> {
                                attngen::as_f32(*in_b, native_f16), in_shape, "in_proj");
     Func qkv = in_proj.out;
 
-    attngen::AttentionSpec spec = attngen::attention_spec(v, get_target());
-    spec.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
+    const attngen::PlannedAttention planned = attngen::planned_attention(v, {}, get_target());
+    attngen::AttentionForm form = planned.spec;
+    form.native_exp = attngen::use_native_exp(get_externs_map(), get_target(),
                                               attngen::target_row_of(get_target()));
-    const attngen::AttentionTunables tunables = attngen::plan_attention(spec, {}, get_target());
+    const attngen::AttentionSpec spec(planned.spec, form);
+    const attngen::AttentionTunables& tunables = planned.tunables;
 
     Var d("d"), h("h"), s("s"), b("b");
     attngen::AttentionInputs in;

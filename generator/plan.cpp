@@ -62,31 +62,44 @@ constexpr int kHalfPvChunk = 16;
 // half-precision P.V does not take): the block the CPU schedules skip causal keys with.
 constexpr int kHalfPvKeyBlock = 64;
 
-AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& target) {
-  AttentionSpec spec;
-  spec.head_dim_qk = v.head_dim_qk;
-  spec.head_dim_v = v.head_dim_v;
-  spec.mask = v.mask;
-  spec.mask_tensor = v.mask_tensor;
-  spec.softcap = v.softcap;
-  spec.pattern = v.pattern;
-  spec.weights = v.weights;
-  spec.lse = v.lse;
-  spec.generic = v.generic;
-  spec.bf16 = v.dtype == DType::kBF16;
+AttentionProblem attention_problem(const KernelVariant& v) {
+  AttentionProblem p;
+  p.head_dim_qk = v.head_dim_qk;
+  p.head_dim_v = v.head_dim_v;
+  p.mask = v.mask;
+  p.mask_tensor = v.mask_tensor;
+  p.softcap = v.softcap;
+  p.pattern = v.pattern;
+  p.weights = v.weights;
+  p.lse = v.lse;
+  p.generic = v.generic;
+  p.bf16 = v.dtype == DType::kBF16;
+  return p;
+}
+
+AttentionForm requested_attention_form(const KernelVariant& v, const Halide::Target& target) {
+  AttentionForm form;
   const TargetRow* row = find_target(v.isa.c_str());
-  spec.amx = row != nullptr && row->isa == Isa::kAmx;
-  spec.key_block = v.key_block;
+  form.amx = row != nullptr && row->isa == Isa::kAmx;
+  form.key_block = v.key_block;
   for (const Tunable& t : v.tunables) {
-    if (t.name == "key_block") spec.key_block = t.value;  // a tuned form
+    if (t.name == "key_block") form.key_block = t.value;  // a tuned form
   }
   // f16 kernels on a target with half-precision arithmetic (neonfp16): P.V in f16, which the
   // key-block form takes (the inspection kernels keep whole rows, in f32).
   if (v.dtype == DType::kF16 && target_info(target).isa == Isa::kNeonFp16 && !v.weights && !v.lse) {
-    spec.half_pv_chunk = kHalfPvChunk;
-    if (spec.key_block == 0) spec.key_block = kHalfPvKeyBlock;
+    form.half_pv_chunk = kHalfPvChunk;
+    if (form.key_block == 0) form.key_block = kHalfPvKeyBlock;
   }
-  return spec;
+  return form;
+}
+
+PlannedAttention planned_attention(const KernelVariant& v, const AttentionTunables& tunables,
+                                   const Halide::Target& target) {
+  const AttentionProblem problem = attention_problem(v);
+  const AttentionPlan plan =
+      plan_attention(problem, requested_attention_form(v, target), tunables, target);
+  return {AttentionSpec(problem, plan.form), plan.tunables};
 }
 
 int linear_half_chunk(const KernelVariant& v, const Halide::Target& target) {
@@ -106,17 +119,22 @@ LinearTunables linear_tunables(const KernelVariant& v) {
   return t;
 }
 
-DecodeSpec decode_spec(const KernelVariant& v) {
-  DecodeSpec spec;
-  spec.head_dim_qk = v.head_dim_qk;
-  spec.head_dim_v = v.head_dim_v;
-  spec.kv_type = halide_type(v.kv_dtype);
-  spec.generic = v.generic;
-  spec.key_block = v.key_block;
+DecodeProblem decode_problem(const KernelVariant& v) {
+  DecodeProblem p;
+  p.head_dim_qk = v.head_dim_qk;
+  p.head_dim_v = v.head_dim_v;
+  p.kv_type = halide_type(v.kv_dtype);
+  p.generic = v.generic;
+  return p;
+}
+
+DecodeForm requested_decode_form(const KernelVariant& v) {
+  DecodeForm form;
+  form.key_block = v.key_block;
   for (const Tunable& t : v.tunables) {
-    if (t.name == "key_block") spec.key_block = t.value;
+    if (t.name == "key_block") form.key_block = t.value;
   }
-  return spec;
+  return form;
 }
 
 DecodeTunables decode_tunables(const KernelVariant& v) {
@@ -130,8 +148,9 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
   const auto add = [&](const char* name, int value) { r.schedule.push_back({name, value}); };
   switch (v.op) {
     case Op::kAttention: {
-      AttentionSpec spec = attention_spec(v, target);
-      const AttentionTunables t = plan_attention(spec, attention_tunables(v), target);
+      const PlannedAttention planned = planned_attention(v, attention_tunables(v), target);
+      const AttentionSpec& spec = planned.spec;
+      const AttentionTunables& t = planned.tunables;
       r.key_block = spec.key_block;
       r.query_tile = spec.query_tile;
       r.key_chunk = spec.key_block > 0 ? spec.key_block : spec.key_chunk;
@@ -149,8 +168,7 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
     case Op::kMha:
     case Op::kLinear: {
       if (v.op == Op::kMha) {  // the attention between the projections (mha_generator.cpp)
-        AttentionSpec spec = attention_spec(v, target);
-        plan_attention(spec, {}, target);
+        const AttentionSpec spec = planned_attention(v, {}, target).spec;
         r.key_block = spec.key_block;
         r.query_tile = spec.query_tile;
         r.key_chunk = spec.key_block > 0 ? spec.key_block : spec.key_chunk;
@@ -168,10 +186,11 @@ ResolvedVariant resolve_variant(const KernelVariant& v, const Halide::Target& ta
       break;
     }
     case Op::kDecode: {
-      DecodeSpec spec = decode_spec(v);
-      const DecodeTunables t = plan_decode(spec, decode_tunables(v), target);
-      r.key_block = spec.key_block;
-      add("key_block", spec.key_block);
+      const DecodePlan plan =
+          plan_decode(decode_problem(v), requested_decode_form(v), decode_tunables(v), target);
+      const DecodeTunables& t = plan.tunables;
+      r.key_block = plan.form.key_block;
+      add("key_block", plan.form.key_block);
       add("key_tile", t.key_tile);
       add("pv_rows", t.pv_rows);
       add("row_tile", t.row_tile);

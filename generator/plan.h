@@ -27,14 +27,26 @@ Halide::Type halide_type(DType dtype);
 // where the kernel widens it natively (generator/native_f16.h, use_native_f16).
 Halide::Func as_f32(const Halide::Func& input, bool native_f16);
 
-// The algorithm's spec of a variant on a target (the target decides the arithmetic of some
-// dtypes: AttentionSpec::half_pv_chunk).
-AttentionSpec attention_spec(const KernelVariant& v, const Halide::Target& target);
+// What a variant's attention computes (the problem), and the form it asks for on a target before
+// the target's planner completes it (schedules/schedule.h, plan_attention): its key block, its
+// row (amx), and where the target decides the arithmetic of its dtype the half-precision P.V
+// (AttentionForm::half_pv_chunk).
+AttentionProblem attention_problem(const KernelVariant& v);
+AttentionForm requested_attention_form(const KernelVariant& v, const Halide::Target& target);
+// The variant's problem in the form the target's planner returns, and the resolved tunables.
+struct PlannedAttention {
+  AttentionSpec spec;
+  AttentionTunables tunables;
+};
+PlannedAttention planned_attention(const KernelVariant& v, const AttentionTunables& tunables,
+                                   const Halide::Target& target);
 // LinearShape::half_chunk of a variant's projections on a target (f16 on neonfp16).
 int linear_half_chunk(const KernelVariant& v, const Halide::Target& target);
 AttentionTunables attention_tunables(const KernelVariant& v);
 LinearTunables linear_tunables(const KernelVariant& v);
-DecodeSpec decode_spec(const KernelVariant& v);
+// A variant's decode problem, and its requested form (its key block; 0 = the target's).
+DecodeProblem decode_problem(const KernelVariant& v);
+DecodeForm requested_decode_form(const KernelVariant& v);
 DecodeTunables decode_tunables(const KernelVariant& v);
 
 // What a kernel of the variant does on a target once the schedule has resolved it: the units

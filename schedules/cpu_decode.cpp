@@ -11,10 +11,11 @@
 //  - An f32 cache (slot by slot, K then V): q.k vectorises over the head dim (an rfactor of the
 //    dot product): per key, each vector of K is loaded once and feeds one FMA per row of the
 //    tile, and each (key, row) ends with one horizontal sum.
-//  - An i8 cache on the avx512bf16 row (DecodeSpec::int8_dot): q.k as VNNI dot products over K
-//    in groups of 16 slots with 4 adjacent bytes of each slot side by side (core/kv_layout.h),
-//    the lanes being the keys (no horizontal sums); P.V as integer dot products too
-//    (define_i8_pv: each row's weights in 23-bit fixed point, 3 bytes; V in quads of 4 keys).
+//  - An i8 cache on a row with integer dot products (DecodeSpec::int8_dot: avx512bf16's VNNI,
+//    neondot's sdot): q.k as dot products over K in groups of 16 slots with 4 adjacent bytes of
+//    each slot side by side (core/kv_layout.h), the lanes being the keys (no horizontal sums);
+//    with VNNI P.V as integer dot products too (define_i8_pv: each row's weights in 23-bit fixed
+//    point, 3 bytes; V in quads of 4 keys), with sdot as below without them.
 //  - An i8 cache without VNNI: the same grouped K, each 16-byte quarter of a vector widened to
 //    one f32 vector for one FMA per row against q's 4 elements repeated; P.V alike.
 //  - An f16 or bf16 cache: K in groups of 16 slots, element d of the 16 slots side by side, so
@@ -59,7 +60,7 @@ int half_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 
 }  // namespace
 
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info) {
-  if (spec.int8_dot) return kI8DotChains * kI8DotBytes * kSlotGroup;
+  if (spec.int8_dot != Int8Dot::kNone) return kI8DotChains * kI8DotBytes * kSlotGroup;
   return half_chains(info) * kSlotGroup * spec.kv_type.bytes();
 }
 
@@ -155,9 +156,11 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   };
-  if (spec.int8_dot) {
+  if (spec.int8_dot != Int8Dot::kNone) {
     // The row's quantised q, its scale and sum, once per task.
-    for (Func g : {f.q_amax, f.q_scale, f.q_sum}) g.compute_at(state, sp);
+    for (Func g : {f.q_amax, f.q_scale, f.q_sum}) {
+      if (g.defined()) g.compute_at(state, sp);
+    }
     f.q_i8.compute_at(state, sp).vectorize(d, 64, TailStrategy::GuardWithIf);
     // The keys in the lanes: a group's K part holds 4 adjacent bytes of the head dim of its 16
     // slots in each 64-byte vector (core/kv_layout.h), one vpdpbusd operand against the 4
@@ -165,7 +168,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // xor into u8 and one vpdpbusd per row, and no horizontal sums. The head dim's 4-byte
     // groups alternate between two partial sums (an rfactor over kI8DotChains, dot_rf), so
     // that each row has two chains of vpdpbusd (latency 4) in flight instead of one of Dqk / 4:
-    // 0.98 of the time (session 31, 6 alternating rounds; 4 chains 0.98 too).
+    // 0.98 of the time (bench/RESULTS.md, "Every call's thread count read once": 6 alternating
+    // rounds; 4 chains 0.98 too).
     Func dot_rf = dot.update()
                       .split(f.rd, rdo, rdq, kI8DotBytes)
                       .split(rdo, rdoo, rdoi, kI8DotChains)
@@ -249,7 +253,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // Scores, max, exps and sums with the block's keys in the lanes. The per-key stages take a
   // vector of keys and then the tile's rows (unrolled), so that what depends on the keys alone
   // (their positions for the mask, an i8 cache's K and V scales) is computed once for the rows:
-  // the i8 VNNI kernel 0.96 of the time with the rows outside (session 33).
+  // the i8 VNNI kernel 0.96 of the time with the rows outside (bench/RESULTS.md, "An I8 cache's
+  // scales by group").
   const auto keys_then_rows = [&](Func g) {
     per_tile(g)
         .split(s, so, si, lanes)

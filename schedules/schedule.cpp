@@ -83,8 +83,11 @@ AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const 
   return t;
 }
 
-AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
-                                 const Halide::Target& target) {
+namespace {
+
+// plan_attention's decisions, made in a copy of the problem in its requested form.
+AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& requested,
+                                const Halide::Target& target) {
   const PatternSpec& ps = spec.pattern;
   if (spec.weights || spec.lse) {
     spec.key_block = 0;  // the inspection schedule keeps whole score rows
@@ -134,6 +137,15 @@ AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& r
   return fix_units(spec, t);
 }
 
+}  // namespace
+
+AttentionPlan plan_attention(const AttentionProblem& problem, const AttentionForm& requested,
+                             const AttentionTunables& tunables, const Halide::Target& target) {
+  AttentionSpec spec(problem, requested);
+  const AttentionTunables t = complete_form(spec, tunables, target);
+  return {spec, t};
+}
+
 LinearTunables resolve(LinearTunables t, const TargetInfo& info) {
   if (t.n_vectors <= 0) t.n_vectors = 3;
   if (t.rows <= 0) t.rows = std::max(1, info.accumulators / t.n_vectors);
@@ -154,7 +166,7 @@ LinearTunables plan_linear(LinearShape& shape, const LinearTunables& requested,
                            const Halide::Target& target, bool autoscheduled) {
   const TargetInfo info = target_info(target);
   const LinearTunables t = resolve(requested, info);
-  const bool simd = info.isa != Isa::kCuda && info.isa != Isa::kGeneric;
+  const bool simd = family_of(info) == Family::kSimd;
   // One panel per register tile's output features (schedule_linear_simd()).
   // Half-precision products (shape.half_chunk) take vectors of f16 lanes.
   const int lanes = shape.half_chunk > 0 ? lanes_of(target_row(info.isa), 2) : info.f32_lanes;
@@ -172,7 +184,7 @@ namespace {
 void schedule_v_scan(AttentionFuncs f, const TargetInfo& info) {
   Halide::RVar xo("v_xo"), xi("v_xi"), zo("v_zo"), zi("v_zi");
   Halide::Var u("v_u"), c("v_c");
-  const bool simd = info.isa != Isa::kCuda && info.isa != Isa::kGeneric;
+  const bool simd = family_of(info) == Family::kSimd;
   const int lanes = simd ? info.f32_lanes : 1;
   f.v_exponents.compute_root();
   // Partial maxima per chunk of 64 keys, in parallel, a vector of the head dim at a time.
@@ -207,21 +219,14 @@ void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const T
     schedule_attention_inspect(f, spec, info);
     return;
   }
-  switch (info.isa) {
-    case Isa::kCuda:
+  switch (family_of(info)) {
+    case Family::kGpu:
       if (spec.key_block <= 0) {
         throw Halide::CompileError("attngen: the CUDA schedule needs key blocks (key_block > 0)");
       }
       schedule_attention_cuda(f, spec, info, resolve(tunables, spec, info));
       return;
-    case Isa::kAvx512:
-    case Isa::kAvx512Bf16:
-    case Isa::kAmx:
-    case Isa::kAvx2:
-    case Isa::kNeon:
-    case Isa::kNeonFp16:
-    case Isa::kNeon32:
-    case Isa::kSse41:
+    case Family::kSimd:
       if (spec.amx) {
         schedule_attention_amx(f, spec, info, resolve(tunables, spec, info));
       } else if (spec.bf16_pairs) {
@@ -232,7 +237,7 @@ void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const T
         schedule_attention_simd(f, spec, info, resolve(tunables, spec, info));
       }
       return;
-    case Isa::kGeneric:
+    case Family::kPortable:
       if (spec.key_block > 0) {
         throw Halide::CompileError("attngen: key blocks need a SIMD or CUDA target");
       }
@@ -257,21 +262,14 @@ void schedule_linear(LinearFuncs f, const Halide::Target& target, bool autosched
                      const LinearTunables& tunables) {
   if (autoscheduled) return;
   const TargetInfo info = target_info(target);
-  switch (info.isa) {
-    case Isa::kCuda:
+  switch (family_of(info)) {
+    case Family::kGpu:
       schedule_linear_cuda(f, info, resolve(tunables, info));
       return;
-    case Isa::kAvx512:
-    case Isa::kAvx512Bf16:
-    case Isa::kAmx:
-    case Isa::kAvx2:
-    case Isa::kNeon:
-    case Isa::kNeonFp16:
-    case Isa::kNeon32:
-    case Isa::kSse41:
+    case Family::kSimd:
       schedule_linear_simd(f, info, resolve(tunables, info));
       return;
-    case Isa::kGeneric:
+    case Family::kPortable:
       schedule_linear_generic(f, info);
       return;
   }
@@ -291,8 +289,9 @@ constexpr int kCpuDecodeRowTile = 4;
 
 }  // namespace
 
-DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
-                           const Halide::Target& target) {
+DecodePlan plan_decode(const DecodeProblem& problem, const DecodeForm& requested_form,
+                       const DecodeTunables& requested, const Halide::Target& target) {
+  DecodeSpec spec(problem, requested_form);
   const TargetInfo info = target_info(target);
   if (spec.key_block <= 0 && info.isa == Isa::kCuda) {
     // Shared memory of a thread block: K and V blocks, the tile's q rows, scores and probs.
@@ -322,28 +321,21 @@ DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
     const bool x86 = target.arch == Halide::Target::X86 && info.isa != Isa::kCuda;
     t.prefetch_slots = !x86 ? 0 : spec.kv_type == Halide::Int(8) ? kSlotGroup : spec.key_block;
   }
-  return t;
+  return {spec, t};
 }
 
 namespace {
 
 void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                          const DecodeTunables& tunables) {
-  switch (info.isa) {
-    case Isa::kCuda:
+  switch (family_of(info)) {
+    case Family::kGpu:
       schedule_decode_cuda(f, spec, info);
       return;
-    case Isa::kAvx512:
-    case Isa::kAvx512Bf16:
-    case Isa::kAmx:
-    case Isa::kAvx2:
-    case Isa::kNeon:
-    case Isa::kNeonFp16:
-    case Isa::kNeon32:
-    case Isa::kSse41:
+    case Family::kSimd:
       schedule_decode_simd(f, spec, info, tunables);
       return;
-    case Isa::kGeneric:
+    case Family::kPortable:
       schedule_decode_generic(f, info);
       return;
   }

@@ -26,11 +26,17 @@ int resolve_key_block(int requested, int head_dim_qk, int head_dim_v, const Hali
 
 AttentionTunables resolve(AttentionTunables t, const AttentionSpec& spec, const TargetInfo& info);
 
-// Fixes the algorithm's form for a target before it is defined: spec.key_block (0 = the
-// target's default) and, in the key-block form, spec.query_tile = the schedule's query tile.
-// Returns the resolved tunables, to pass on to schedule_attention().
-AttentionTunables plan_attention(AttentionSpec& spec, const AttentionTunables& requested,
-                                 const Halide::Target& target);
+// The target's planner: the form in which a kernel of `problem` computes on the target, from the
+// variant's requested form (key_block 0 = the target's default; the amx row; the half-precision
+// P.V) and tunables: the key block, query tile, key chunk and row group the schedule's tiles
+// need, the bf16 pair products, the strided pattern's parts; and the resolved tunables, to pass
+// on to schedule_attention() with the spec AttentionSpec(problem, form).
+struct AttentionPlan {
+  AttentionForm form;
+  AttentionTunables tunables;
+};
+AttentionPlan plan_attention(const AttentionProblem& problem, const AttentionForm& requested,
+                             const AttentionTunables& tunables, const Halide::Target& target);
 LinearTunables resolve(LinearTunables t, const TargetInfo& info);
 
 // Fixes the algorithm's weight panels (shape.panel) for a target before define_linear(); returns
@@ -89,10 +95,14 @@ void schedule_linear_generic(LinearFuncs f, const TargetInfo& info);
 // Rows (query heads x queries of a kv head) per CUDA thread block of the decode schedule.
 constexpr int kCudaDecodeRowTile = 16;
 
-// Fixes spec.key_block (0 = the target's default) before the algorithm is defined; returns the
-// resolved tunables for schedule_decode().
-DecodeTunables plan_decode(DecodeSpec& spec, const DecodeTunables& requested,
-                           const Halide::Target& target);
+// The target's planner for decode: the requested form with its key_block resolved (0 = the
+// target's default), and the resolved tunables for schedule_decode().
+struct DecodePlan {
+  DecodeForm form;
+  DecodeTunables tunables;
+};
+DecodePlan plan_decode(const DecodeProblem& problem, const DecodeForm& requested,
+                       const DecodeTunables& tunables, const Halide::Target& target);
 
 void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target& target,
                      bool autoscheduled, const DecodeTunables& tunables);

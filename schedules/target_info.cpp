@@ -2,27 +2,43 @@
 
 namespace attngen {
 
-// The row of a Halide target: the ISA its features name, as the table's targets spell them.
+namespace {
+
+// The features of `row`'s Halide target that `t` has too, or -1 where `t` lacks one of them (or
+// is of another architecture or width).
+int features_shared(const TargetRow& row, const Halide::Target& t) {
+  const Halide::Target r(row.halide_target);
+  if (r.arch != t.arch || r.bits != t.bits) return -1;
+  int n = 0;
+  for (int f = 0; f < Halide::Target::FeatureEnd; ++f) {
+    const auto feature = static_cast<Halide::Target::Feature>(f);
+    if (!r.has_feature(feature)) continue;
+    if (!t.has_feature(feature)) return -1;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+// The row of a Halide target, read from the table: a GPU target's is the cuda row; else the CPU
+// row of the same architecture whose target's features it has, the one with the most of them (the
+// first such row where two share a target: avx512bf16, not amx). Without a row's features (or with
+// no_neon, which no ARM row has) it is the generic row's.
 TargetInfo target_info(const Halide::Target& t) {
-  using T = Halide::Target;
   Isa isa = Isa::kGeneric;
   if (t.has_gpu_feature()) {
     isa = Isa::kCuda;
-  } else if (t.arch == T::X86 && t.has_feature(T::AVX512_SapphireRapids)) {
-    isa = Isa::kAvx512Bf16;
-  } else if (t.arch == T::X86 &&
-             (t.has_feature(T::AVX512_Skylake) || t.has_feature(T::AVX512_Cannonlake))) {
-    isa = Isa::kAvx512;
-  } else if (t.arch == T::X86 && t.has_feature(T::AVX2) && t.has_feature(T::FMA)) {
-    isa = Isa::kAvx2;
-  } else if (t.arch == T::X86 && t.has_feature(T::SSE41)) {
-    isa = Isa::kSse41;
-  } else if (t.arch == T::ARM && t.bits == 64 && t.has_feature(T::ARMFp16)) {
-    isa = Isa::kNeonFp16;
-  } else if (t.arch == T::ARM && t.bits == 64) {
-    isa = Isa::kNeon;
-  } else if (t.arch == T::ARM && t.bits == 32 && !t.has_feature(T::NoNEON)) {
-    isa = Isa::kNeon32;
+  } else if (!t.has_feature(Halide::Target::NoNEON)) {
+    int best = -1;
+    for (const TargetRow& row : kTargets) {
+      if (row.isa == Isa::kGeneric || row.isa == Isa::kCuda) continue;
+      const int n = features_shared(row, t);
+      if (n > best) {
+        best = n;
+        isa = row.isa;
+      }
+    }
   }
   const TargetRow& row = target_row(isa);
   TargetInfo info;

@@ -20,6 +20,14 @@ struct TargetInfo {
 
 TargetInfo target_info(const Halide::Target& target);
 
+// Which schedules a row's kernels take: the portable ones (the generic row), the SIMD ones (every
+// CPU row, its vector width and registers from the row) or the GPU ones (cuda).
+enum class Family { kPortable, kSimd, kGpu };
+inline Family family_of(const TargetInfo& info) {
+  if (info.isa == Isa::kGeneric) return Family::kPortable;
+  return info.isa == Isa::kCuda ? Family::kGpu : Family::kSimd;
+}
+
 // The target table's row of a Halide target: what the generators hand the algorithm where the
 // target's native operations shape it (native exp, native f16 widening).
 const TargetRow& target_row_of(const Halide::Target& target);
@@ -48,7 +56,7 @@ int chunk_for_l1(int bytes_per_item, const TargetInfo& info);
 // multiplying the same loaded vectors (one broadcast operand per row): the most rows r <= limit
 // with r * vectors_per_row <= accumulators and room left for the loaded vectors and a broadcast
 // (at least 1). Not only powers of two: 6 rows x 4 vectors at D64 on AVX-512, where 4 x 4 left a
-// third of the accumulators unused (bench/RESULTS.md, session 21).
+// third of the accumulators unused (bench/RESULTS.md, "The p·v register tile at 6 rows").
 int rows_for_accumulators(int vectors_per_row, int limit, const TargetInfo& info);
 
 }  // namespace attngen

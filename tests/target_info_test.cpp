@@ -22,6 +22,8 @@ TEST(TargetInfo, KnowsEachIsa) {
   EXPECT_EQ(neon.isa, Isa::kNeon);
   EXPECT_EQ(neon.f32_lanes, 4);
   EXPECT_EQ(neon.vector_registers, 32);
+  EXPECT_EQ(target_info(Halide::Target("arm-64-linux-arm_fp16")).isa, Isa::kNeonFp16);
+  EXPECT_EQ(target_info(Halide::Target("arm-64-linux-arm_dot_prod")).isa, Isa::kNeonDot);
   // 32-bit ARM: NEON's 16 q registers, never the aarch64 rows (no FP16 arithmetic on ARMv7).
   const TargetInfo neon32 = target_info(Halide::Target("arm-32-linux"));
   EXPECT_EQ(neon32.isa, Isa::kNeon32);

@@ -175,7 +175,8 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
 // The dispatch table as it is now: the kernels added by attngen_register_kernel (usually none),
 // then the built-in ones, read under the registry's lock once. The runtime's scans of the kernels
 // go through it (a scan through attngen_kernel_at locks once per kernel: 368 times a call with
-// CI's x86 build, a decode call over 16 cached positions 34 -> 31 us, session 33).
+// CI's x86 build, a decode call over 16 cached positions 34 -> 31 us: bench/RESULTS.md, "An I8
+// cache's scales by group").
 struct KernelList {
   std::vector<const attngen_kernel_info*> added;
   size_t builtins = 0;

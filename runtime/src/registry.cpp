@@ -32,7 +32,7 @@ std::vector<const attngen_kernel_info*>& registered() {
 // The built-in kernels (a null-terminated array fixed at link time), counted once: every call's
 // kernel selection reads each of them, and counting them at every read made it O(n^2) a call
 // (with the 368 kernels of CI's x86 build a decode call over 16 cached positions took 73 us, 34
-// us once counted; session 33).
+// us once counted; bench/RESULTS.md, "An I8 cache's scales by group").
 size_t builtin_count() {
   static const size_t count = [] {
     size_t n = 0;

@@ -110,7 +110,7 @@ int g_pool_threads = 0;
 // once per process, as Halide's pool reads it once: every parallel loop of every kernel asks
 // (nested_loops::run, via thread_count()), and glibc's hardware_concurrency() opens and reads
 // /sys/devices/system/cpu/online each time, which cost ~60 us of every decode call on a 2-core
-// VM (bench/RESULTS.md, session 31).
+// VM (bench/RESULTS.md, "Every call's thread count read once").
 int default_threads() {
   static const int threads = [] {
     int n = 0;
