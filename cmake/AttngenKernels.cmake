@@ -191,6 +191,65 @@ const attngen_status registered = attngen_register_@NAME@();
   target_link_libraries(${NAME} INTERFACE $<TARGET_OBJECTS:${NAME}_register>)
 endfunction()
 
+# ATTNGEN_KERNELS_FROM: another build tree of this architecture whose kernels, made by the same
+# generator from the same variants and tuning files, this tree links instead of generating them
+# again (the embedded tree takes the aarch64 tree's, the fuzz tree the ci tree's: CMakePresets.json;
+# that tree is built first). A kernel it lacks is generated here as usual.
+set(ATTNGEN_KERNELS_FROM "" CACHE PATH
+    "A build tree of the same architecture and generator whose generated kernels this one copies")
+
+# The outputs add_halide_library() makes of a kernel: its header, its code (a static library when
+# cross-compiling, else an object), its assembly and its statement listing.
+function(_attngen_kernel_outputs NAME OUT)
+  if (CMAKE_CROSSCOMPILING)
+    set(code "${NAME}${CMAKE_STATIC_LIBRARY_SUFFIX}")
+  else ()
+    set(code "${NAME}${CMAKE_C_OUTPUT_EXTENSION}")
+  endif ()
+  set(${OUT} "${NAME}.h" "${code}" "${NAME}.s" "${NAME}.stmt" PARENT_SCOPE)
+endfunction()
+
+# The kernel NAME as the tree ATTNGEN_KERNELS_FROM generated it (the same directory relative to
+# its top), copied rather than generated, in the targets add_halide_library() would make:
+# NAME (its code, its header on the include path, linking RUNTIME) and NAME.update. OUT is set to
+# TRUE, or FALSE where that tree has no such kernel.
+function(_attngen_copied_kernel NAME RUNTIME OUT)
+  set(${OUT} FALSE PARENT_SCOPE)
+  if (NOT ATTNGEN_KERNELS_FROM)
+    return()
+  endif ()
+  file(RELATIVE_PATH dir "${CMAKE_BINARY_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
+  set(from "${ATTNGEN_KERNELS_FROM}/${dir}")
+  _attngen_kernel_outputs(${NAME} files)
+  set(sources "")
+  set(outputs "")
+  foreach (f IN LISTS files)
+    if (NOT EXISTS "${from}/${f}")
+      return()
+    endif ()
+    list(APPEND sources "${from}/${f}")
+    list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${f}")
+  endforeach ()
+  add_custom_command(OUTPUT ${outputs}
+                     COMMAND ${CMAKE_COMMAND} -E copy ${sources} "${CMAKE_CURRENT_BINARY_DIR}"
+                     DEPENDS ${sources}
+                     COMMENT "Copying ${NAME} from ${from}"
+                     VERBATIM)
+  add_custom_target(${NAME}.update ALL DEPENDS ${outputs})
+  list(GET outputs 1 code)
+  if (CMAKE_CROSSCOMPILING)
+    add_library(${NAME} STATIC IMPORTED GLOBAL)
+    set_target_properties(${NAME} PROPERTIES IMPORTED_LOCATION "${code}")
+  else ()
+    add_library(${NAME} STATIC "${code}")
+    set_target_properties(${NAME} PROPERTIES POSITION_INDEPENDENT_CODE ON LINKER_LANGUAGE CXX)
+  endif ()
+  add_dependencies(${NAME} ${NAME}.update)
+  target_include_directories(${NAME} INTERFACE "$<BUILD_INTERFACE:${CMAKE_CURRENT_BINARY_DIR}>")
+  target_link_libraries(${NAME} INTERFACE "${RUNTIME}")
+  set(${OUT} TRUE PARENT_SCOPE)
+endfunction()
+
 function(attngen_add_kernel NAME)
   # What is left after the CMake-only keywords is the variant, for the variant model.
   cmake_parse_arguments(A "AUTO_REGISTER" "NAME_VAR" "" ${ARGN})
@@ -229,15 +288,19 @@ function(attngen_add_kernel NAME)
   else ()
     _attngen_runtime(${runtime} ${ATTNGEN_V_RUNTIME_TARGET})
   endif ()
-  add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}
-                     GENERATOR ${ATTNGEN_V_GENERATOR}
-                     FUNCTION_NAME ${NAME}
-                     TARGETS ${ATTNGEN_V_HALIDE_TARGET}
-                     FEATURES user_context
-                     USE_RUNTIME ${runtime}
-                     PARAMS "variant=${ATTNGEN_V_VARIANT}"
-                     ASSEMBLY ${NAME}_asm
-                     STMT ${NAME}_stmt)
+  _attngen_copied_kernel(${NAME} ${runtime} copied)
+  if (NOT copied)
+    add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}
+                       GENERATOR ${ATTNGEN_V_GENERATOR}
+                       FUNCTION_NAME ${NAME}
+                       TARGETS ${ATTNGEN_V_HALIDE_TARGET}
+                       FEATURES user_context
+                       USE_RUNTIME ${runtime}
+                       PARAMS "variant=${ATTNGEN_V_VARIANT}"
+                       ASSEMBLY ${NAME}_asm
+                       STMT ${NAME}_stmt)
+    set_property(GLOBAL APPEND PROPERTY ATTNGEN_KERNELS_GENERATED_HERE ${NAME})
+  endif ()
 
   # The descriptor, written by the generator from the same variant: what the kernel does.
   set(descriptor "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.descriptor.cpp")
