@@ -11,8 +11,9 @@
 //
 // One harness serves every candidate (no per-candidate compile), and running several kernels in
 // one process gives paired measurements (bench/README.md, "Autotuning"). It needs only
-// HalideRuntime.h, the runtime's header-only block cache and nested-loop policy and libdl, so it
-// cross-compiles (e.g. aarch64-linux-gnu-g++, run under qemu).
+// HalideRuntime.h, the runtime's header-only block cache and nested-loop policy, the project's
+// float64 reference (tests/reference.cpp, compiled with it: plain C++ and the public header) and
+// libdl, so it cross-compiles (e.g. aarch64-linux-gnu-g++, run under qemu).
 // Threads: the Halide runtime's HL_NUM_THREADS (default: one per core).
 #include <dlfcn.h>
 
@@ -32,6 +33,7 @@
 
 #include "../runtime/src/block_cache.h"
 #include "../runtime/src/nested_loops.h"
+#include "../tests/reference.h"
 #include "HalideRuntime.h"
 
 namespace {
@@ -183,47 +185,30 @@ struct Problem {
     return o.str();
   }
 
-  // float64 reference of the output (attention: Sq = Skv, causal top-left = bottom-right).
+  // The float64 reference of the output (tests/reference.h). Attention: Sq = Skv, so causal
+  // top-left is bottom-right.
   std::vector<double> reference() {
-    std::vector<double> ref(out->size());
     if (opt.op == "linear") {
       const int64_t B = shape[0], S = shape[1], E = shape[2], N = shape[3];
-      const float *x = find("x")->f32(), *w = find("w")->f32(), *bias = find("bias")->f32();
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t n = 0; n < N; ++n) {
-            double acc = bias[n];
-            for (int64_t e = 0; e < E; ++e) acc += double(x[(b * S + s) * E + e]) * w[n * E + e];
-            ref[(b * S + s) * N + n] = acc;
-          }
-      return ref;
+      return attngen::test::reference_linear(wide("x"), B * S, E, wide("w"), N, wide("bias"));
     }
     const int64_t B = shape[0], H = shape[1], S = shape[2], D = shape[3];
     const int64_t Dv = shape.size() > 4 ? shape[4] : D;
-    const float *q = find("q")->f32(), *k = find("k")->f32(), *v = find("v")->f32();
-    std::vector<double> p(S);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < S; ++i) {
-          const int64_t keys = opt.causal ? i + 1 : S;
-          double mx = -1e300, sum = 0;
-          for (int64_t j = 0; j < keys; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < D; ++d)
-              dot += double(q[((b * S + i) * H + h) * D + d]) * k[((b * S + j) * H + h) * D + d];
-            double sc = dot * scale;
-            if (opt.cap) sc = softcap * std::tanh(sc / softcap);
-            p[j] = sc;
-            mx = std::max(mx, sc);
-          }
-          for (int64_t j = 0; j < keys; ++j) sum += (p[j] = std::exp(p[j] - mx));
-          for (int64_t d = 0; d < Dv; ++d) {
-            double acc = 0;
-            for (int64_t j = 0; j < keys; ++j) acc += p[j] * v[((b * S + j) * H + h) * Dv + d];
-            ref[((b * S + i) * H + h) * Dv + d] = acc / sum;
-          }
-        }
-    return ref;
+    // [B, S, H, d] dense: the tensors' dims innermost first are {d, H, S, B}.
+    const auto view = [&](const std::string& name, int64_t d) {
+      return attngen::test::View{find(name)->f32(), {B, S, H, d}, {S * H * d, H * d, d, 1}};
+    };
+    attngen::test::RefAttention r;
+    r.scale = scale;
+    r.softcap = opt.cap ? softcap : 0.0;
+    r.causal = opt.causal;
+    return attngen::test::reference_attention(view("q", D), view("k", D), view("v", Dv), r);
+  }
+
+  // A float32 tensor's values as doubles.
+  std::vector<double> wide(const std::string& name) {
+    Tensor* t = find(name);
+    return std::vector<double>(t->f32(), t->f32() + t->size());
   }
 
   Tensor* find(const std::string& name) {

@@ -265,54 +265,36 @@ void AttentionTester::add_mask(Call& c, std::mt19937_64& rng) const {
   }
 }
 
-// Sparse pattern: the test's own reading of docs/semantics.md, independent of the runtime's.
+// Sparse pattern: the reference's reading of docs/semantics.md (tests/reference.h), independent
+// of the runtime's.
 void AttentionTester::add_pattern(Call& c, std::mt19937_64& rng) const {
   c.opt.pattern = pattern_;
-  const attngen_pattern pt = pattern_;
-  switch (pt.kind) {
-    case ATTNGEN_PATTERN_WINDOW:
-      c.ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
-        return (pt.window_left < 0 || j >= p - pt.window_left) &&
-               (pt.window_right < 0 || j <= p + pt.window_right);
-      };
-      break;
-    case ATTNGEN_PATTERN_STRIDED:
-      c.ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
-        const int64_t diff = p - j;
-        return (diff < 0 ? -diff : diff) < pt.stride || diff % pt.stride == 0;
-      };
-      break;
-    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
-      c.ref.pattern = [pt](int64_t p, int64_t, int64_t j) {
-        const int64_t diff = p - j;
-        return (diff < 0 ? -diff : diff) <= pt.local || j < pt.global_tokens ||
-               p < pt.global_tokens;
-      };
-      break;
-    case ATTNGEN_PATTERN_BLOCK_SPARSE: {
-      const int64_t shape[2] = {(sq_ + pt.block - 1) / pt.block, (skv_ + pt.block - 1) / pt.block};
-      const size_t n = static_cast<size_t>(shape[0] * shape[1]);
-      if (layout_.empty()) {
-        c.layout_bytes.resize(n);
-        std::bernoulli_distribution on(layout_density_);
-        for (auto& x : c.layout_bytes) x = on(rng) ? 1 : 0;
-      } else {
-        EXPECT_EQ(layout_.size(), n) << "block layout for ceil(Sq / block) x ceil(Skv / block)";
-        c.layout_bytes = layout_;
-        c.layout_bytes.resize(n, 0);
-      }
-      c.t_layout = attngen_tensor_contiguous(c.layout_bytes.data(), ATTNGEN_BOOL, 2, shape);
-      c.opt.pattern.layout = &c.t_layout;
-      const uint8_t* l = c.layout_bytes.data();
-      const int64_t cols = shape[1], bs = pt.block;
-      c.ref.pattern = [l, cols, bs](int64_t, int64_t i, int64_t j) {
-        return l[(i / bs) * cols + j / bs] != 0;
-      };
-      break;
+  if (pattern_.kind == ATTNGEN_PATTERN_NONE) return;
+  RefPattern s;
+  s.kind = pattern_.kind;
+  s.p = pattern_;
+  if (pattern_.kind == ATTNGEN_PATTERN_BLOCK_SPARSE) {
+    const int64_t bs = pattern_.block;
+    const int64_t shape[2] = {(sq_ + bs - 1) / bs, (skv_ + bs - 1) / bs};
+    const size_t n = static_cast<size_t>(shape[0] * shape[1]);
+    if (layout_.empty()) {
+      c.layout_bytes.resize(n);
+      std::bernoulli_distribution on(layout_density_);
+      for (auto& x : c.layout_bytes) x = on(rng) ? 1 : 0;
+    } else {
+      EXPECT_EQ(layout_.size(), n) << "block layout for ceil(Sq / block) x ceil(Skv / block)";
+      c.layout_bytes = layout_;
+      c.layout_bytes.resize(n, 0);
     }
-    default:
-      break;
+    c.t_layout = attngen_tensor_contiguous(c.layout_bytes.data(), ATTNGEN_BOOL, 2, shape);
+    c.opt.pattern.layout = &c.t_layout;
+    s.layout = c.layout_bytes;
+    s.rows = shape[0];
+    s.cols = shape[1];
   }
+  c.ref.pattern = [s](int64_t p, int64_t i, int64_t j) {
+    return reference_pattern_attends(s, p, i, j);
+  };
 }
 
 // The call through the public API; it succeeds, with the kernel asked for.

@@ -1,20 +1,32 @@
 #include "tests/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace attngen::test {
+namespace {
 
-std::vector<double> reference_attention(const View& q, const View& k, const View& v,
-                                        const RefAttention& p) {
-  const int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], Dqk = q.shape[3];
-  const int64_t Skv = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
+// The sizes of one attention problem: q [batch, sq, hq, dqk], k [batch, skv, hkv, dqk],
+// v [batch, skv, hkv, dv].
+struct Sizes {
+  int64_t batch, sq, hq, dqk, skv, hkv, dv;
+};
+
+// The attention of every query row: q(b, i, h, d), k(b, j, hk, d) and v(b, j, hk, d) read the
+// inputs (strided float32 views, or float64 values such as a projection's). The reference's one
+// softmax: reference_attention, reference_mha and reference_decode all come here.
+template <typename Q, typename K, typename V>
+std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v,
+                              const RefAttention& p) {
+  const int64_t B = n.batch, Sq = n.sq, Hq = n.hq, Dqk = n.dqk, Skv = n.skv, Hkv = n.hkv, Dv = n.dv;
   const int64_t group = Hq / Hkv;
   const double scale = p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(Dqk));
   const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(static_cast<size_t>(B * Sq * Hq * Dv), 0.0);
   if (p.weights) p.weights->assign(static_cast<size_t>(B * Hq * Sq * Skv), 0.0);
   if (p.lse) p.lse->assign(static_cast<size_t>(B * Hq * Sq), ninf);
+  if (p.magnitude) p.magnitude->assign(out.size(), 0.0);
   std::vector<double> s(static_cast<size_t>(Skv));
   std::vector<bool> attend(static_cast<size_t>(Skv));
   for (int64_t b = 0; b < B; ++b) {
@@ -36,7 +48,7 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
           attend[static_cast<size_t>(j)] = ok;
           if (!ok) continue;
           double dot = 0.0;
-          for (int64_t d = 0; d < Dqk; ++d) dot += q.at({b, i, h, d}) * k.at({b, j, hk, d});
+          for (int64_t d = 0; d < Dqk; ++d) dot += q(b, i, h, d) * k(b, j, hk, d);
           double x = dot * scale;
           if (p.softcap > 0.0) x = p.softcap * std::tanh(x / p.softcap);
           if (p.add) x += p.add(b, h, i, j);
@@ -63,19 +75,71 @@ std::vector<double> reference_attention(const View& q, const View& k, const View
           }
         }
         for (int64_t d = 0; d < Dv; ++d) {
-          double acc = 0.0;
+          double acc = 0.0, mag = 0.0;
           for (int64_t j = 0; j < Skv; ++j) {
             // Keys not attended, and keys whose weight is exactly 0 (score -inf), add nothing,
             // whatever V holds there (docs/semantics.md).
-            if (attend[static_cast<size_t>(j)] && s[static_cast<size_t>(j)] != 0.0)
-              acc += s[static_cast<size_t>(j)] * v.at({b, j, hk, d});
+            if (attend[static_cast<size_t>(j)] && s[static_cast<size_t>(j)] != 0.0) {
+              const double x = v(b, j, hk, d);
+              acc += s[static_cast<size_t>(j)] * x;
+              mag += s[static_cast<size_t>(j)] * std::abs(x);
+            }
           }
-          out[static_cast<size_t>(((b * Sq + i) * Hq + h) * Dv + d)] = acc / sum;
+          const size_t o = static_cast<size_t>(((b * Sq + i) * Hq + h) * Dv + d);
+          out[o] = acc / sum;
+          if (p.magnitude) (*p.magnitude)[o] = mag / sum;
         }
       }
     }
   }
   return out;
+}
+
+std::vector<double> abs_of(std::vector<double> x) {
+  for (double& e : x) e = std::abs(e);
+  return x;
+}
+
+}  // namespace
+
+std::vector<double> reference_attention(const View& q, const View& k, const View& v,
+                                        const RefAttention& p) {
+  const Sizes n{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3]};
+  return attention(
+      n,
+      [&](int64_t b, int64_t i, int64_t h, int64_t d) {
+        return q.at({b, i, h, d});
+      },
+      [&](int64_t b, int64_t j, int64_t h, int64_t d) {
+        return k.at({b, j, h, d});
+      },
+      [&](int64_t b, int64_t j, int64_t h, int64_t d) {
+        return v.at({b, j, h, d});
+      },
+      p);
+}
+
+bool reference_pattern_attends(const RefPattern& s, int64_t pos, int64_t i, int64_t j) {
+  const attngen_pattern& p = s.p;
+  const int64_t d = pos - j;
+  switch (s.kind) {
+    case ATTNGEN_PATTERN_NONE:
+      return true;
+    case ATTNGEN_PATTERN_WINDOW:
+      return (p.window_left < 0 || j >= pos - p.window_left) &&
+             (p.window_right < 0 || j <= pos + p.window_right);
+    case ATTNGEN_PATTERN_STRIDED:
+      return std::abs(d) < p.stride || d % p.stride == 0;
+    case ATTNGEN_PATTERN_BLOCK_SPARSE: {
+      const int64_t r = i / p.block, c = j / p.block;
+      if (r >= s.rows || c >= s.cols) return false;
+      return s.layout[static_cast<size_t>(r * s.cols + c)] != 0;
+    }
+    case ATTNGEN_PATTERN_GLOBAL_LOCAL:
+      return std::abs(d) <= p.local || j < p.global_tokens || pos < p.global_tokens;
+    default:
+      return false;
+  }
 }
 
 std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows, int64_t e,
@@ -98,50 +162,71 @@ std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, i
                                   int64_t embed, int64_t heads, const std::vector<double>& in_w,
                                   const std::vector<double>& in_b, const std::vector<double>& out_w,
                                   const std::vector<double>& out_b, bool causal,
-                                  const std::vector<int32_t>& kv_len) {
+                                  const std::vector<int32_t>& kv_len, bool bottom_right,
+                                  std::vector<double>* magnitude) {
   const int64_t rows = batch * seq, dh = embed / heads;
+  // qkv [B, S, 3E]: q, k and v of head h are its columns h * dh .. of the first, second and
+  // third E; the attention's output [B, S, H, dh] is the out-projection's input [B, S, E].
   const std::vector<double> qkv = reference_linear(x, rows, embed, in_w, 3 * embed, in_b);
-  std::vector<double> attn(static_cast<size_t>(rows * embed), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t len = kv_len.empty() ? seq : kv_len[static_cast<size_t>(b)];
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < seq; ++i) {
-        std::vector<double> s(static_cast<size_t>(seq), 0.0);
-        double m = -std::numeric_limits<double>::infinity();
-        bool nan = false;
-        for (int64_t j = 0; j < len; ++j) {
-          if (causal && j > len - seq + i) continue;
-          double dot = 0.0;
-          for (int64_t d = 0; d < dh; ++d) {
-            dot += qkv[static_cast<size_t>((b * seq + i) * 3 * embed + h * dh + d)] *
-                   qkv[static_cast<size_t>((b * seq + j) * 3 * embed + embed + h * dh + d)];
-          }
-          s[static_cast<size_t>(j)] = dot * scale;
-          if (std::isnan(dot)) nan = true;
-          m = std::max(m, dot * scale);
-        }
-        if (!nan && m == -std::numeric_limits<double>::infinity()) continue;
-        if (nan) m = std::numeric_limits<double>::quiet_NaN();
-        double sum = 0.0;
-        for (int64_t j = 0; j < len; ++j) {
-          if (causal && j > len - seq + i) continue;
-          s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
-          sum += s[static_cast<size_t>(j)];
-        }
-        for (int64_t d = 0; d < dh; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < len; ++j) {
-            if ((causal && j > len - seq + i) || s[static_cast<size_t>(j)] == 0.0) continue;
-            acc += s[static_cast<size_t>(j)] *
-                   qkv[static_cast<size_t>((b * seq + j) * 3 * embed + 2 * embed + h * dh + d)];
-          }
-          attn[static_cast<size_t>((b * seq + i) * embed + h * dh + d)] = acc / sum;
-        }
-      }
-    }
+  const auto part = [&](int64_t which) {
+    return [&qkv, which, seq, embed, dh](int64_t b, int64_t i, int64_t h, int64_t d) {
+      return qkv[static_cast<size_t>((b * seq + i) * 3 * embed + which * embed + h * dh + d)];
+    };
+  };
+  RefAttention r;
+  r.causal = causal;
+  r.bottom_right = bottom_right;
+  r.kv_len = kv_len;
+  std::vector<double> attn_magnitude;
+  if (magnitude) r.magnitude = &attn_magnitude;
+  const std::vector<double> attn =
+      attention(Sizes{batch, seq, heads, dh, seq, heads, dh}, part(0), part(1), part(2), r);
+  if (magnitude) {
+    *magnitude = reference_linear(attn_magnitude, rows, embed, abs_of(out_w), embed, abs_of(out_b));
   }
   return reference_linear(attn, rows, embed, out_w, embed, out_b);
+}
+
+std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch, int64_t t,
+                                     int64_t heads_q, const std::vector<std::vector<double>>& k,
+                                     const std::vector<std::vector<double>>& v,
+                                     const RefDecode& p) {
+  const int64_t hkv = p.heads_kv, dqk = p.head_dim_qk, dv = p.head_dim_v;
+  std::vector<double> out(static_cast<size_t>(batch * t * heads_q * dv), 0.0);
+  if (p.magnitude) p.magnitude->assign(out.size(), 0.0);
+  // Sequence by sequence: its rows aligned bottom-right over its positions, causal (every row
+  // attends the positions up to its own), the window a pattern.
+  RefAttention r;
+  r.scale = p.scale;
+  r.causal = true;
+  r.bottom_right = true;
+  if (p.window >= 0) {
+    r.pattern = [w = p.window](int64_t pos, int64_t, int64_t j) { return j >= pos - w; };
+  }
+  std::vector<double> magnitude;
+  if (p.magnitude) r.magnitude = &magnitude;
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<double>& kb = k[static_cast<size_t>(b)];
+    const std::vector<double>& vb = v[static_cast<size_t>(b)];
+    const int64_t rows = p.counts.empty() ? t : p.counts[static_cast<size_t>(b)];
+    const int64_t positions = hkv * dqk > 0 ? static_cast<int64_t>(kb.size()) / (hkv * dqk) : 0;
+    const std::vector<double> o = attention(
+        Sizes{1, rows, heads_q, dqk, positions, hkv, dv},
+        [&](int64_t, int64_t i, int64_t h, int64_t d) {
+          return q[static_cast<size_t>(((b * t + i) * heads_q + h) * dqk + d)];
+        },
+        [&](int64_t, int64_t j, int64_t h, int64_t d) {
+          return kb[static_cast<size_t>((j * hkv + h) * dqk + d)];
+        },
+        [&](int64_t, int64_t j, int64_t h, int64_t d) {
+          return vb[static_cast<size_t>((j * hkv + h) * dv + d)];
+        },
+        r);
+    const auto at = static_cast<std::ptrdiff_t>(b * t * heads_q * dv);
+    std::copy(o.begin(), o.end(), out.begin() + at);
+    if (p.magnitude) std::copy(magnitude.begin(), magnitude.end(), p.magnitude->begin() + at);
+  }
+  return out;
 }
 
 }  // namespace attngen::test

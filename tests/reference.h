@@ -1,10 +1,14 @@
 // Independent float64 references for the contract in docs/semantics.md. Plain loops, no
-// shared code with the kernels or the runtime.
+// shared code with the kernels or the runtime. The one reference of the project: the unit tests,
+// the fuzzer (tests/fuzz), the demo and the autotuning harness (bench/autotune_harness.cpp) all
+// compare against these.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+#include "attngen/attngen.h"
 
 namespace attngen::test {
 
@@ -33,22 +37,62 @@ struct RefAttention {
   std::function<bool(int64_t, int64_t, int64_t)> pattern;         // (p, i, j): sparse pattern
   std::vector<double>* weights = nullptr;  // if set: P, dense [B, Hq, Sq, Skv]
   std::vector<double>* lse = nullptr;      // if set: row log-sum-exp, dense [B, Hq, Sq]
+  // If set: the output computed with |V|, sum_j P_ij |V_jd|, dense like the output. The size of
+  // the terms each output element sums, a denominator for relative errors where an output
+  // cancels to almost 0.
+  std::vector<double>* magnitude = nullptr;
 };
 
-// out[b][i][h][d], dense [B, Sq, Hq, Dv].
+// out[b][i][h][d], dense [B, Sq, Hq, Dv]. Grouped-query attention where Hq is a multiple of Hkv
+// (query head h reads key/value head h / (Hq / Hkv)).
 std::vector<double> reference_attention(const View& q, const View& k, const View& v,
                                         const RefAttention& p);
+
+// A sparse pattern (docs/semantics.md; attngen.h's attngen_pattern_kind): `kind` an
+// attngen_pattern_kind value held as an int (a caller's value outside the enum attends nothing),
+// `p` the parameters (p.kind is not read), and a block-sparse layout's entries dense
+// [rows, cols] (blocks outside them are not attended).
+struct RefPattern {
+  int kind = ATTNGEN_PATTERN_NONE;
+  attngen_pattern p{};
+  std::vector<uint8_t> layout;
+  int64_t rows = 0, cols = 0;
+};
+
+// Whether query row i, at position pos (i plus the alignment's offset), attends key j: what a
+// RefAttention::pattern of this pattern returns.
+bool reference_pattern_attends(const RefPattern& s, int64_t pos, int64_t i, int64_t j);
 
 // y = x w^T + bias; x [B, S, E] dense, w [N, E], bias [N] or empty. Returns [B, S, N].
 std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows, int64_t e,
                                      const std::vector<double>& w, int64_t n,
                                      const std::vector<double>& bias);
 
-// nn.MultiheadAttention(batch_first) forward, self-attention. x [B, S, E].
+// nn.MultiheadAttention(batch_first) forward, self-attention. x [B, S, E]. bottom_right: the
+// alignment of the causal mask and kv_len (docs/semantics.md). magnitude, if set: the output
+// computed from the attention's magnitude (RefAttention::magnitude) with |out_w| and |out_b|.
 std::vector<double> reference_mha(const std::vector<double>& x, int64_t batch, int64_t seq,
                                   int64_t embed, int64_t heads, const std::vector<double>& in_w,
                                   const std::vector<double>& in_b, const std::vector<double>& out_w,
                                   const std::vector<double>& out_b, bool causal,
-                                  const std::vector<int32_t>& kv_len);
+                                  const std::vector<int32_t>& kv_len, bool bottom_right = true,
+                                  std::vector<double>* magnitude = nullptr);
+
+// One decoding step over a KV cache's layer (docs/semantics.md, "Incremental decoding").
+struct RefDecode {
+  int64_t heads_kv = 1, head_dim_qk = 1, head_dim_v = 1;
+  double scale = 0.0;           // 0: 1/sqrt(head_dim_qk)
+  int64_t window = -1;          // >= 0: a row at position p attends keys p - window .. p only
+  std::vector<int64_t> counts;  // query rows per sequence; empty: every row of q
+  std::vector<double>* magnitude = nullptr;  // as RefAttention::magnitude
+};
+
+// q dense [B, t, Hq, Dqk]; k[b], v[b] what sequence b of the cache holds after the step, dense
+// [n_b, Hkv, Dqk] and [n_b, Hkv, Dv], oldest position first. Sequence b's rows i < counts[b] are
+// its last counts[b] positions (row i at position n_b - counts[b] + i) and attend the positions
+// up to their own; rows past counts[b] are 0. Returns dense [B, t, Hq, Dv].
+std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch, int64_t t,
+                                     int64_t heads_q, const std::vector<std::vector<double>>& k,
+                                     const std::vector<std::vector<double>>& v, const RefDecode& p);
 
 }  // namespace attngen::test

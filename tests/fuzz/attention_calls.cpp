@@ -1,0 +1,519 @@
+// Builders of attngen_attention (with its plan), attngen_linear and attngen_mha calls, and of the
+// sparse patterns they take (tests/fuzz/calls.h).
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "tests/fuzz/calls.h"
+#include "tests/fuzz/oracle.h"
+#include "tests/reference.h"
+#include "tests/tensor.h"
+
+namespace attngen::fuzz {
+
+using attngen::test::RefAttention;
+using attngen::test::Tolerance;
+
+// A pattern for a call of Sq queries and Skv keys; its layout tensor (block-sparse) in layout_t.
+PatternSpec make_pattern(Input& in, int64_t sq, int64_t skv, GuardTensor& layout_t, Fill& fill) {
+  PatternSpec s;
+  attngen_pattern& p = s.p;
+  s.kind = enum_value(in, 5);
+  put_enum(p.kind, s.kind);
+  p.window_left = in.chance(40) ? -1 : small_param(in, 40);
+  p.window_right = in.chance(40) ? -1 : small_param(in, 40);
+  p.stride = small_param(in, 20);
+  p.block = small_param(in, 20);
+  p.local = small_param(in, 20);
+  p.global_tokens = small_param(in, 10);
+  if (s.kind == ATTNGEN_PATTERN_BLOCK_SPARSE || in.chance(10)) {
+    if (in.chance(10)) return s;  // no layout
+    const int64_t bs = p.block > 0 ? p.block : 1;
+    int64_t rows = sq > 0 ? sat_add(sq, bs - 1) / bs : 1,
+            cols = skv > 0 ? sat_add(skv, bs - 1) / bs : 1;
+    if (in.chance(20)) rows = dim(in, 4);
+    if (in.chance(20)) cols = dim(in, 4);
+    std::vector<int64_t> shape{rows, cols};
+    if (in.chance(8)) shape.push_back(1);
+    if (in.chance(8)) shape.pop_back();
+    layout_t.make(dtype_near(in, ATTNGEN_BOOL), layout_for(in, shape), 0, in.chance(4));
+    layout_t.poison();
+    const uint8_t density = in.u8();
+    layout_t.for_each(
+        [&](int64_t, int64_t off) { layout_t.set(off, (fill.rng() & 255) < density ? 1 : 0); });
+    p.layout = in.chance(4) ? nullptr : &layout_t.t;
+    s.has_layout = true;
+    if (layout_t.t.rank == 2 && layout_t.small()) {
+      s.rows = rows;
+      s.cols = cols;
+      for (double x : layout_t.dense()) s.layout.push_back(x != 0);
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// attngen_attention
+
+namespace {
+
+// The mask tensor of an attention call as drawn: its kind, shape and values.
+struct MaskInfo {
+  bool present = false, is_bool = false;
+  std::vector<int64_t> shape;  // aligned right against [B, Hq, Sq, Skv]
+  std::vector<double> values;  // dense
+};
+
+}  // namespace
+
+void fuzz_attention(Input& in, Fill& fill) {
+  const int64_t B = dim(in, 3);
+  int64_t Sq = dim(in, 20), Skv = dim(in, 20);
+  const int64_t Hkv = dim(in, 3);
+  int64_t Hq = Hkv > 0 && Hkv < 8 ? Hkv * (1 + in.u8() % 3) : dim(in, 4);
+  if (in.chance(8)) Hq = dim(in, 6);
+  const int64_t Dqk = head_dim(in), Dv = !in.chance(96) ? Dqk : head_dim(in);
+  if ((Dqk > 130 || Dv > 130) && Sq > 0 && Skv > 0) {  // keep the reference cheap
+    Sq = std::min<int64_t>(Sq, 6);
+    Skv = std::min<int64_t>(Skv, 6);
+  }
+  const int dt = in.u8() % 3;  // F32, F16, BF16
+  const int out_dt = in.chance(60) ? ATTNGEN_F32 : dt;
+
+  GuardTensor q, k, v, out, kv_len, mask, layout, weights, lse;
+  auto shape4 = [&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    std::vector<int64_t> s{a, b, c, d};
+    // One change or none: a dimension dropped, or one of size 1 added (both would be valid).
+    if (in.chance(4)) {
+      s.pop_back();
+    } else if (in.chance(3)) {
+      s.push_back(1);
+    }
+    return s;
+  };
+  const int qd = dtype_near(in, dt), kd = dtype_near(in, dt), vd = dtype_near(in, dt);
+  const int od = dtype_near(in, out_dt);
+  q.make(qd, layout_for(in, shape4(B, Sq, Hq, Dqk)), misalign(in, qd), in.chance(3));
+  k.make(kd, layout_for(in, shape4(B, Skv, Hkv, Dqk)), misalign(in, kd), in.chance(3));
+  v.make(vd, layout_for(in, shape4(B, Skv, Hkv, Dv)), misalign(in, vd), in.chance(3));
+  out.make(od, layout_for(in, shape4(B, Sq, Hq, Dv)), misalign(in, od), in.chance(3));
+  fill_input(q, fill);
+  fill_input(k, fill);
+  fill_input(v, fill);
+
+  attngen_attention_options o = attngen_attention_options_default();
+  bool wild = false;
+  o.scale = scale_value(in, Dqk, wild);
+  if (in.chance(50)) {
+    const uint8_t b = in.u8();
+    static constexpr float kBadCaps[] = {-1.0f, std::numeric_limits<float>::quiet_NaN(),
+                                         std::numeric_limits<float>::infinity(), 1e-30f};
+    o.softcap = b < 220 ? 0.5f + b / 8.0f : in.pick(kBadCaps);
+    if (b >= 220) wild = true;
+  }
+  const int mask_kind = enum_value(in, 2), alignment = enum_value(in, 2);
+  put_enum(o.mask, mask_kind);
+  put_enum(o.alignment, alignment);
+
+  // Key padding.
+  std::vector<int32_t> lens;
+  if (in.chance(70)) {
+    std::vector<int64_t> s{B};
+    if (in.chance(6)) s = {B, 1};
+    const int d = dtype_near(in, ATTNGEN_I32);
+    kv_len.make(d, layout_for(in, s), misalign(in, d), in.chance(3));
+    kv_len.poison();
+    kv_len.for_each([&](int64_t, int64_t off) {
+      const uint8_t b = in.u8();
+      int64_t x = Skv > 0 ? b % sat_add(Skv, 1) : 0;
+      if (b >= 248) {
+        const int64_t bad[] = {-1, sat_add(Skv, 1), INT32_MIN, INT32_MAX};
+        x = in.pick(bad);
+      }
+      lens.push_back(as_i32(kv_len.set(off, static_cast<double>(x))));
+    });
+    // What memory holds (elements may share it: zero or overlapping strides).
+    if (kv_len.small()) {
+      lens.clear();
+      for (double x : kv_len.dense()) lens.push_back(as_i32(x));
+    }
+    if (!in.chance(3)) o.kv_len = &kv_len.t;
+  }
+
+  // Mask tensor.
+  MaskInfo mi;
+  if (in.chance(70)) {
+    mi.present = true;
+    mi.is_bool = in.chance(128);
+    const int rank = 1 + in.u8() % 4;
+    const int64_t full[4] = {B, Hq, Sq, Skv};
+    for (int d = 4 - rank; d < 4; ++d) {
+      int64_t s = in.chance(100) ? 1 : full[d];
+      if (in.chance(6)) s = dim(in, 5);
+      mi.shape.push_back(s);
+    }
+    const int md = dtype_near(in, mi.is_bool ? ATTNGEN_BOOL : ATTNGEN_F32);
+    // The runtime reads a mask by its dtype: the values and the reference follow the dtype drawn
+    // (found by a 30-minute run: an additive mask drawn as BOOL was modelled as additive).
+    if (md == ATTNGEN_BOOL || md == ATTNGEN_F32) mi.is_bool = md == ATTNGEN_BOOL;
+    mask.make(md, layout_for(in, mi.shape), misalign(in, md), in.chance(3));
+    mask.poison();
+    const uint8_t density = in.u8();
+    mask.for_each([&](int64_t, int64_t off) {
+      const uint64_t r = fill.rng();
+      if (mi.is_bool) {
+        mi.values.push_back(mask.set(off, (r & 255) < density ? 1 : 0));
+      } else {
+        static constexpr double kAdd[] = {0.0,   -1e30,   -std::numeric_limits<double>::infinity(),
+                                          -1e29, -3.4e38, 0.5};
+        const double x = (r & 255) < density ? (static_cast<double>((r >> 8) & 1023) / 256.0 - 3.0)
+                                             : kAdd[(r >> 20) % 6];
+        mi.values.push_back(mask.set(off, x));
+      }
+    });
+    if (mask.small()) mi.values = mask.dense();  // elements may share memory (zero strides)
+    o.mask_tensor = &mask.t;
+  }
+
+  o.kernel = kernel_name(in);
+  PatternSpec ps;
+  if (in.chance(90)) {
+    ps = make_pattern(in, Sq, Skv, layout, fill);
+    o.pattern = ps.p;
+  }
+  if (in.chance(40)) {
+    std::vector<int64_t> s{B, Hq, Sq, Skv};
+    if (in.chance(6)) {
+      const size_t d = in.u8() % 4;
+      s[d] = sat_add(s[d], 1);
+    }
+    weights.make(dtype_near(in, ATTNGEN_F32), layout_for(in, s), 0, in.chance(3));
+    o.weights = in.chance(4) ? nullptr : &weights.t;
+  }
+  if (in.chance(40)) {
+    std::vector<int64_t> s{B, Hq, Sq};
+    if (in.chance(6)) {
+      const size_t d = in.u8() % 3;
+      s[d] = sat_add(s[d], 1);
+    }
+    lse.make(dtype_near(in, ATTNGEN_F32), layout_for(in, s), 0, in.chance(3));
+    o.lse = in.chance(4) ? nullptr : &lse.t;
+  }
+
+  // Aliasing: the output placed on an input.
+  attngen_tensor out_t = out.t;
+  const bool aliased = in.chance(5) && q.mapped();
+  if (aliased) out_t.data = in.chance(128) ? q.t.data : v.t.data;
+
+  // Non-finite mode: keys beyond kv_len (padding) hold NaN and infinities too; no row may see them.
+  if (g_nonfinite && o.kv_len != nullptr && k.small() && v.small() && k.t.rank == 4 &&
+      v.t.rank == 4 && lens.size() == static_cast<size_t>(std::max<int64_t>(B, 0))) {
+    for (GuardTensor* g : {&k, &v}) {
+      g->for_each([&](int64_t e, int64_t off) {
+        const int64_t per_b = g->logical() / B, per_j = per_b / Skv;
+        const int64_t b = e / per_b, j = (e % per_b) / per_j;
+        if (j >= lens[static_cast<size_t>(b)] && (fill.rng() & 1)) {
+          g->set(off, std::numeric_limits<double>::quiet_NaN());
+        }
+      });
+    }
+  }
+
+  const bool null_q = in.chance(3), null_out = in.chance(3), null_opts = in.chance(8);
+  g_call = "attention" +
+           dims_string({{"B", B},
+                        {"Sq", Sq},
+                        {"Skv", Skv},
+                        {"Hq", Hq},
+                        {"Hkv", Hkv},
+                        {"Dqk", Dqk},
+                        {"Dv", Dv},
+                        {"q", qd},
+                        {"k", kd},
+                        {"v", vd},
+                        {"out", od},
+                        {"mask", mask_kind},
+                        {"align", alignment},
+                        {"pattern", ps.kind},
+                        {"kv_len", o.kv_len != nullptr},
+                        {"mask_tensor", mi.present},
+                        {"weights", o.weights != nullptr},
+                        {"lse", o.lse != nullptr}}) +
+           " scale=" + std::to_string(o.scale) + " softcap=" + std::to_string(o.softcap) +
+           " kernel=" + (o.kernel ? o.kernel : "-");
+
+  Call c;
+  c.inputs = {&q, &k, &v};
+  if (o.kv_len) c.inputs.push_back(&kv_len);
+  if (o.mask_tensor) c.inputs.push_back(&mask);
+  if (ps.has_layout) c.inputs.push_back(&layout);
+  if (!aliased) c.outputs.push_back(&out);
+  if (o.weights) c.outputs.push_back(&weights);
+  if (o.lse) c.outputs.push_back(&lse);
+  c.before();
+  if (aliased) c.inputs.clear();  // an accepted alias writes an input; reported below
+  const attngen_status s = note(attngen_attention(
+      null_q ? nullptr : &q.t, &k.t, &v.t, null_out ? nullptr : &out_t, null_opts ? nullptr : &o));
+  c.after(s);
+  check_plan(c, s, null_q ? nullptr : &q.t, &k.t, &v.t, null_out ? nullptr : &out_t,
+             null_opts ? nullptr : &o);
+  if (s != ATTNGEN_OK) return;
+
+  // A successful call: the arguments were valid. Check what the contract says of them.
+  if (aliased) fail("an output aliasing an input was accepted");
+  if (null_opts) {  // the defaults were used: none of the optional tensors was passed
+    o = attngen_attention_options_default();
+    wild = false;
+    ps = PatternSpec{};
+    mi = MaskInfo{};
+  }
+  check_accepted({&q, &k, &v, &out});
+  if (!has_shape(q, {B, Sq, Hq, Dqk}) || !has_shape(k, {B, Skv, Hkv, Dqk}) ||
+      !has_shape(v, {B, Skv, Hkv, Dv}) || !has_shape(out, {B, Sq, Hq, Dv})) {
+    fail("attention accepted q %s, k %s, v %s, out %s", shape_of(q).c_str(), shape_of(k).c_str(),
+         shape_of(v).c_str(), shape_of(out).c_str());
+  }
+  if (o.weights && !has_shape(weights, {B, Hq, Sq, Skv})) {
+    fail("attention accepted weights %s", shape_of(weights).c_str());
+  }
+  if (o.lse && !has_shape(lse, {B, Hq, Sq}))
+    fail("attention accepted lse %s", shape_of(lse).c_str());
+  if (o.weights) check_accepted({&weights});
+  if (o.lse) check_accepted({&lse});
+  if (Dqk <= 0 || Dv <= 0 || Hkv <= 0 || Hq % Hkv != 0) fail("invalid head sizes accepted");
+  if (!(std::isfinite(o.scale) && std::isfinite(o.softcap) && o.softcap >= 0)) {
+    fail("a non-finite scale or a bad soft cap accepted");
+  }
+
+  g_call += describe("q", q) + describe("k", k) + describe("v", v) + describe("out", out);
+  if (o.kv_len) g_call += describe("kv_len", kv_len);
+  if (mi.present) g_call += describe(mi.is_bool ? "bool_mask" : "add_mask", mask);
+  RefAttention r;
+  r.scale = o.scale;
+  r.softcap = o.softcap;
+  r.causal = !null_opts && mask_kind == ATTNGEN_MASK_CAUSAL;
+  r.bottom_right = null_opts || alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT;
+  if (o.kv_len) {
+    for (int32_t x : lens) {
+      if (x < 0 || x > Skv) fail("kv_len value %d outside [0, %" PRId64 "] accepted", x, Skv);
+    }
+    r.kv_len = lens;
+  }
+  if (mi.present) {
+    const auto index = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+      const int64_t full[4] = {b, h, i, j};
+      const size_t rank = mi.shape.size();
+      int64_t e = 0;
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t x = mi.shape[d] == 1 ? 0 : full[4 - rank + d];
+        e = e * mi.shape[d] + x;
+      }
+      return static_cast<size_t>(e);
+    };
+    if (mi.is_bool) {
+      r.keep = [&, index](int64_t b, int64_t h, int64_t i, int64_t j) {
+        return mi.values[index(b, h, i, j)] != 0;
+      };
+    } else {
+      // The values as stored: the reference masks a key whose value is <= -1e29 (on values of
+      // a float type that agrees with the runtime's comparison in float).
+      r.add = [&, index](int64_t b, int64_t h, int64_t i, int64_t j) {
+        return mi.values[index(b, h, i, j)];
+      };
+    }
+  }
+  if (ps.kind != ATTNGEN_PATTERN_NONE) {
+    if (ps.kind == ATTNGEN_PATTERN_BLOCK_SPARSE && ps.layout.empty()) {
+      fail("a block-sparse pattern without a usable layout accepted");
+    }
+    r.pattern = [&](int64_t p, int64_t i, int64_t j) {
+      return attngen::test::reference_pattern_attends(ps, p, i, j);
+    };
+  }
+  std::vector<double> ref_w, ref_lse, mag;
+  if (o.weights) r.weights = &ref_w;
+  if (o.lse) r.lse = &ref_lse;
+  r.magnitude = &mag;
+  const Dense dq = dense_of(q), dk = dense_of(k), dv = dense_of(v);
+  const std::vector<double> want = attngen::test::reference_attention(dq.view, dk.view, dv.view, r);
+  ++g_ok_checked;
+  if (wild) return;  // scores too large for the tolerance to mean anything
+  const Tolerance& tol = tolerance(qd != ATTNGEN_F32 ? qd : od);  // the storage dtype
+  check_close("out", out, want, mag, max_abs(v.dense()), tol);
+  if (o.weights) check_close("weights", weights, ref_w, {}, 1.0, tol);
+  if (o.lse) {
+    const std::vector<double> got = lse.dense();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double w = ref_lse[i];
+      const bool bad = std::isinf(w)   ? got[i] != w
+                       : std::isnan(w) ? !std::isnan(got[i])
+                                       : !(std::abs(got[i] - w) <= tol.rel_l2 * (1 + std::abs(w)));
+      if (bad) fail("lse[%zu] is %g, reference %g", i, got[i], w);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attngen_linear
+
+void fuzz_linear(Input& in, Fill& fill) {
+  const int64_t B = dim(in, 3), S = dim(in, 8), E = head_dim(in), N = head_dim(in);
+  const int dt = in.u8() % 3;
+  GuardTensor x, w, bias, y;
+  auto shaped = [&](std::vector<int64_t> s) {
+    if (in.chance(5)) {
+      s.pop_back();
+    } else if (in.chance(4)) {
+      s.push_back(1);
+    }
+    return s;
+  };
+  const int xd = dtype_near(in, dt), wd = dtype_near(in, dt), bd = dtype_near(in, dt),
+            yd = dtype_near(in, dt);
+  x.make(xd, layout_for(in, shaped({B, S, E})), misalign(in, xd), in.chance(3));
+  w.make(wd, layout_for(in, shaped({N, E})), misalign(in, wd), in.chance(3));
+  bias.make(bd, layout_for(in, shaped({N})), misalign(in, bd), in.chance(3));
+  y.make(yd, layout_for(in, shaped({B, S, N})), misalign(in, yd), in.chance(3));
+  fill_input(x, fill);
+  fill_input(w, fill);
+  fill_input(bias, fill);
+  const bool with_bias = !in.chance(86), null_x = in.chance(3), null_y = in.chance(3);
+  attngen_tensor y_t = y.t;
+  const bool aliased = in.chance(5) && x.mapped();
+  if (aliased) y_t.data = x.t.data;
+  g_call = "linear" + dims_string({{"B", B},
+                                   {"S", S},
+                                   {"E", E},
+                                   {"N", N},
+                                   {"x", xd},
+                                   {"w", wd},
+                                   {"bias", with_bias ? bd : -100},
+                                   {"y", yd}});
+  Call c;
+  c.inputs = {&x, &w, &bias};
+  if (!aliased) c.outputs = {&y};
+  c.before();
+  if (aliased) c.inputs.clear();
+  const attngen_status s = note(attngen_linear(
+      null_x ? nullptr : &x.t, &w.t, with_bias ? &bias.t : nullptr, null_y ? nullptr : &y_t));
+  c.after(s);
+  if (s != ATTNGEN_OK) return;
+  if (aliased) fail("an output aliasing an input was accepted");
+  check_accepted({&x, &w, &y});
+  if (with_bias) check_accepted({&bias});
+  if (!has_shape(x, {B, S, E}) || !has_shape(w, {N, E}) || !has_shape(y, {B, S, N}) ||
+      (with_bias && !has_shape(bias, {N}))) {
+    fail("linear accepted x %s, w %s, bias %s, y %s", shape_of(x).c_str(), shape_of(w).c_str(),
+         with_bias ? shape_of(bias).c_str() : "NULL", shape_of(y).c_str());
+  }
+  const std::vector<double> want = attngen::test::reference_linear(
+      x.dense(), B * S, E, w.dense(), N, with_bias ? bias.dense() : std::vector<double>{});
+  const std::vector<double> mag =
+      attngen::test::reference_linear(abs_of(x.dense()), B * S, E, abs_of(w.dense()), N,
+                                      with_bias ? abs_of(bias.dense()) : std::vector<double>{});
+  ++g_ok_checked;
+  check_close("y", y, want, mag, max_abs(mag), tolerance(xd));
+}
+
+// ---------------------------------------------------------------------------------------------
+// attngen_mha
+
+void fuzz_mha(Input& in, Fill& fill) {
+  const int64_t B = dim(in, 2), S = dim(in, 10), H = dim(in, 4);
+  int64_t dh = !in.chance(26) ? in.pick({1, 2, 3, 8, 16, 24, 32, 64, 5}) : head_dim(in);
+  if (H > 0 && H < 8 && dh > 0 && dh < 1000 && dh * H > 520) dh = std::max<int64_t>(1, 520 / H);
+  int64_t E = H > 0 && H < 8 && dh > 0 && dh < 600 ? H * dh : dim(in, 64);
+  if (in.chance(8)) E = dim(in, 64);
+  const int dt = in.u8() % 3;
+  GuardTensor x, in_w, in_b, out_w, out_b, y, kv_len;
+  const int xd = dtype_near(in, dt);
+  const int64_t E3 = E > 0 && E < (1LL << 40) ? 3 * E : E;
+  x.make(xd, layout_for(in, {B, S, E}), misalign(in, xd), in.chance(3));
+  in_w.make(dtype_near(in, dt), layout_for(in, {E3, E}), 0, in.chance(3));
+  in_b.make(dtype_near(in, dt), layout_for(in, {E3}), 0, in.chance(3));
+  out_w.make(dtype_near(in, dt), layout_for(in, {E, E}), 0, in.chance(3));
+  out_b.make(dtype_near(in, dt), layout_for(in, {in.chance(6) ? dim(in, 8) : E}), 0, in.chance(3));
+  y.make(dtype_near(in, dt), layout_for(in, {B, S, E}), misalign(in, dt), in.chance(3));
+  fill_input(x, fill);
+  const double a = E > 0 && E < (1 << 20) ? 1.0 / std::sqrt(static_cast<double>(E)) : 1.0;
+  fill.lo = -a;
+  fill.hi = a;
+  for (GuardTensor* g : {&in_w, &in_b, &out_w, &out_b}) fill_input(*g, fill);
+  fill.lo = -1;
+  fill.hi = 1;
+
+  attngen_mha_weights wts{&in_w.t, in.chance(128) ? &in_b.t : nullptr, &out_w.t,
+                          in.chance(128) ? &out_b.t : nullptr};
+  if (in.chance(4)) wts.in_proj_weight = nullptr;
+  if (in.chance(4)) wts.out_proj_weight = nullptr;
+  attngen_mha_options o = attngen_mha_options_default();
+  o.num_heads = !in.chance(16) ? H : in.pick(kHostile);
+  const int mask_kind = enum_value(in, 2), alignment = enum_value(in, 2);
+  put_enum(o.mask, mask_kind);
+  put_enum(o.alignment, alignment);
+  std::vector<int32_t> lens;
+  if (in.chance(60)) {
+    const int d = dtype_near(in, ATTNGEN_I32);
+    kv_len.make(d, layout_for(in, {B}), misalign(in, d), in.chance(3));
+    kv_len.poison();
+    kv_len.for_each([&](int64_t, int64_t off) {
+      const uint8_t b = in.u8();
+      int64_t v = S > 0 ? b % sat_add(S, 1) : 0;
+      if (b >= 250) v = -1;
+      lens.push_back(as_i32(kv_len.set(off, static_cast<double>(v))));
+    });
+    if (kv_len.small()) {  // elements may share memory (zero strides)
+      lens.clear();
+      for (double x : kv_len.dense()) lens.push_back(as_i32(x));
+    }
+    o.kv_len = &kv_len.t;
+  }
+  o.kernel = kernel_name(in);
+  const bool null_w = in.chance(3), null_o = in.chance(3);
+  g_call = "mha" +
+           dims_string({{"B", B},
+                        {"S", S},
+                        {"E", E},
+                        {"H", H},
+                        {"num_heads", o.num_heads},
+                        {"dtype", dt},
+                        {"x", xd},
+                        {"mask", mask_kind},
+                        {"align", alignment},
+                        {"kv_len", o.kv_len != nullptr}}) +
+           " kernel=" + (o.kernel ? o.kernel : "-");
+  Call c;
+  c.inputs = {&x, &in_w, &in_b, &out_w, &out_b};
+  if (o.kv_len) c.inputs.push_back(&kv_len);
+  c.outputs = {&y};
+  c.before();
+  const attngen_status s =
+      note(attngen_mha(&x.t, null_w ? nullptr : &wts, &y.t, null_o ? nullptr : &o));
+  c.after(s);
+  if (s != ATTNGEN_OK) return;
+  if (null_w || null_o || o.num_heads <= 0 || E % o.num_heads != 0) {
+    fail("an MHA call without weights, options or a valid head count accepted");
+  }
+  for (int32_t l : lens) {
+    if (l < 0 || l > S) fail("kv_len value %d outside [0, %" PRId64 "] accepted", l, S);
+  }
+  check_accepted({&x, &in_w, &out_w, &y});
+  if (wts.in_proj_bias) check_accepted({&in_b});
+  if (wts.out_proj_bias) check_accepted({&out_b});
+  std::vector<double> mag;
+  const std::vector<double> want = attngen::test::reference_mha(
+      x.dense(), B, S, E, o.num_heads, in_w.dense(),
+      wts.in_proj_bias ? in_b.dense() : std::vector<double>{}, out_w.dense(),
+      wts.out_proj_bias ? out_b.dense() : std::vector<double>{}, mask_kind == ATTNGEN_MASK_CAUSAL,
+      lens, alignment == ATTNGEN_ALIGN_BOTTOM_RIGHT, &mag);
+  ++g_ok_checked;
+  check_close("y", y, want, mag, max_abs(mag), tolerance(xd));
+}
+
+}  // namespace attngen::fuzz
