@@ -327,6 +327,12 @@ bool read_shape_lists(const std::vector<std::string>& lists, std::vector<ModelSh
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+      continue;
+    }
     if (c == '"' || c == '\\') out += '\\';
     out += c;
   }
