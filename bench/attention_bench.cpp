@@ -1,10 +1,10 @@
 // Benchmarks registered from the variant list: every built-in attention kernel this CPU can
 // run, the MHA layer, and OpenBLAS sgemm as the machine's matmul ceiling, in one run.
-// FLOPs follow FlashAttention's convention: 4 * B * H * Sq * Skv * D (halved for causal).
+// FLOPs are counted by bench/flops.h (FlashAttention's convention over the attended pairs).
 //
 //   build/bench/attngen_bench --benchmark_counters_tabular=true
 //
-// With shape files of real models (bench/shapes/*.txt, lines "name B H S D [causal]"), given as
+// With shape files of real models (bench/shapes/*.txt, read by bench/shapes.h), given as
 // --shapes=a.txt,b.txt (repeatable) or ATTNGEN_SHAPES=a.txt,b.txt, it also registers per shape
 //   attngen/<name>/...            attngen_attention() with automatic kernel choice (label: the
 //                                 kernel that ran; skipped with a reason when none fits)
@@ -14,6 +14,9 @@
 // same through a persistent attngen_mha_layer, weights packed once). --threads=N (default: one
 // per core) sets attngen's, OpenBLAS's and the composed softmax's thread counts alike.
 // bench/run_peers.sh runs these next to PyTorch and ONNX Runtime.
+// --describe_shapes=a.txt,b.txt runs nothing and prints the shapes of the files and the MHA layer
+// as JSON, each with its FLOPs, for the Python scripts (bench/peers/common.py): they read shape
+// files and count FLOPs through this, never on their own.
 // Always registered: the machine's ceilings (bench/ceilings.h): ceiling/fma_peak/<isa>/threads<n>
 // (independent FMAs, GFLOP/s, on one thread and on the run's), ceiling/bf16_peak/<unit>/threads<n>
 // (vdpbf16ps and AMX-BF16 tiles where the CPU has them), openblas_sgemm/2048 (labelled
@@ -35,12 +38,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -48,6 +49,8 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "bench/flops.h"
+#include "bench/shapes.h"
 #include "ceilings.h"
 #include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
 #include "runtime/src/kv_cache.h"  // the cache views a decode call gives its kernel
@@ -98,7 +101,7 @@ struct Shape {
 // Attended (query, key) pairs of one head under the kernel's causal mask and pattern.
 double attended_pairs(const attngen_kernel_info& k, const attngen_pattern& p, int64_t S) {
   if (k.pattern.kind == ATTNGEN_PATTERN_NONE) {
-    return k.mask == ATTNGEN_MASK_CAUSAL ? 0.5 * S * (S + 1) : static_cast<double>(S) * S;
+    return attngen::bench::self_attention_pairs(S, k.mask == ATTNGEN_MASK_CAUSAL);
   }
   double n = 0;
   for (int64_t i = 0; i < S; ++i) {
@@ -170,12 +173,11 @@ void attention(benchmark::State& state, const attngen_kernel_info* kernel, Shape
       break;
     }
   }
-  // FLOPs of the attended pairs only (FlashAttention's convention for dense and causal).
-  const double pairs = generic_call.on && generic_call.causal ? 0.5 * S * (S + 1)
-                       : generic_call.on                      ? static_cast<double>(S) * S
-                                         : attended_pairs(*kernel, opt.pattern, S);
-  state.counters["pairs/dense"] = pairs / (static_cast<double>(S) * S);
-  set_gflops(state, 2.0 * B * H * pairs * (Dqk + Dv));
+  const double pairs = generic_call.on
+                           ? attngen::bench::self_attention_pairs(S, generic_call.causal)
+                           : attended_pairs(*kernel, opt.pattern, S);
+  state.counters["pairs/dense"] = pairs / attngen::bench::self_attention_pairs(S, false);
+  set_gflops(state, attngen::bench::attention_flops(B, H, pairs, Dqk, Dv));
 }
 
 using LayerPtr = std::unique_ptr<attngen_mha_layer, void (*)(attngen_mha_layer*)>;
@@ -216,9 +218,7 @@ void mha(benchmark::State& state, const char* kernel_name, attngen_mask_kind mas
     }
   }
   if (!state.error_occurred()) state.SetLabel(attngen_last_kernel());
-  const double proj = 2.0 * B * S * E * (4.0 * E);
-  const double attn = 4.0 * B * S * S * E * (mask == ATTNGEN_MASK_CAUSAL ? 0.5 : 1);
-  set_gflops(state, proj + attn);
+  set_gflops(state, attngen::bench::mha_layer_flops(B, S, E, mask == ATTNGEN_MASK_CAUSAL));
 }
 
 // One decode step of the MHA layer (B sequences, one token each, E features, H heads) over a
@@ -296,57 +296,70 @@ void sgemm(benchmark::State& state, const attngen::bench::BlasCore& core) {
 
 // ---- Shapes of real models, attngen with automatic choice, and the composed OpenBLAS peer ----
 
-struct ModelShape {
-  std::string name;
-  int64_t b, h, s, d;
-  bool causal;
+using attngen::bench::ModelShape;
+
+// The MHA layer attngen_mha and the peers' MHA rows time: BERT-base's, x [4, 512, 768] through
+// nn.MultiheadAttention(768, 12) with the dense mask. The peers take it from --describe_shapes.
+struct MhaLayerShape {
+  int64_t b, s, e, h;
 };
+constexpr MhaLayerShape kMhaLayer{4, 512, 768, 12};
 
-std::string describe(const ModelShape& m) {
-  return "B" + std::to_string(m.b) + "_H" + std::to_string(m.h) + "_S" + std::to_string(m.s) +
-         "_D" + std::to_string(m.d) + (m.causal ? "_causal" : "");
+std::string describe(const MhaLayerShape& m) {
+  return "B" + std::to_string(m.b) + "_S" + std::to_string(m.s) + "_E" + std::to_string(m.e) +
+         "_H" + std::to_string(m.h);
 }
 
-double attention_flops(const ModelShape& m) {
-  return 4.0 * m.b * m.h * m.s * m.s * m.d * (m.causal ? 0.5 : 1.0);
-}
-
-// Appends the shapes of one file; on a malformed line says where and returns false.
-bool read_shape_file(const std::string& path, std::vector<ModelShape>* shapes) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "attngen_bench: cannot read shape file %s\n", path.c_str());
-    return false;
-  }
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream fields(line);
-    ModelShape m{};
-    if (!(fields >> m.name)) continue;  // blank or comment
-    std::string mask, extra;
-    const bool sizes = static_cast<bool>(fields >> m.b >> m.h >> m.s >> m.d);
-    fields >> mask >> extra;
-    m.causal = mask == "causal";
-    if (!sizes || m.b <= 0 || m.h <= 0 || m.s <= 0 || m.d <= 0 ||
-        !(mask.empty() || mask == "causal" || mask == "dense") || !extra.empty()) {
-      std::fprintf(stderr, "attngen_bench: %s:%d: expected \"name B H S D [causal]\", got \"%s\"\n",
-                   path.c_str(), number, line.c_str());
+// Shapes of the comma-separated file lists, in order; false, with the reason on stderr, where a
+// file is unreadable or malformed.
+bool read_shape_lists(const std::vector<std::string>& lists, std::vector<ModelShape>* shapes) {
+  std::string error;
+  for (const std::string& list : lists) {
+    if (!attngen::bench::read_shape_files(list, shapes, &error)) {
+      std::fprintf(stderr, "attngen_bench: %s\n", error.c_str());
       return false;
     }
-    shapes->push_back(m);
   }
   return true;
 }
 
-// Comma-separated list of shape files.
-bool read_shape_files(const std::string& list, std::vector<ModelShape>* shapes) {
-  std::istringstream paths(list);
-  std::string path;
-  while (std::getline(paths, path, ',')) {
-    if (!path.empty() && !read_shape_file(path, shapes)) return false;
+// A JSON string of s (shape names are single words, but may hold any other character).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+      continue;
+    }
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
   }
-  return true;
+  return out + '"';
+}
+
+// --describe_shapes: the shapes of the files, in order, and the MHA layer, each with its FLOPs
+// (bench/flops.h), as one JSON object on stdout.
+void print_shapes_json(const std::vector<ModelShape>& shapes) {
+  std::printf("{\"shapes\": [");
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ModelShape& m = shapes[i];
+    std::printf(
+        "%s\n  {\"name\": %s, \"b\": %lld, \"h\": %lld, \"s\": %lld, \"d\": %lld, "
+        "\"causal\": %s, \"sizes\": \"%s\", \"flops\": %.17g}",
+        i ? "," : "", json_string(m.name).c_str(), static_cast<long long>(m.b),
+        static_cast<long long>(m.h), static_cast<long long>(m.s), static_cast<long long>(m.d),
+        m.causal ? "true" : "false", attngen::bench::sizes_of(m).c_str(),
+        attngen::bench::flops_of(m));
+  }
+  const MhaLayerShape& l = kMhaLayer;
+  std::printf(
+      "],\n \"mha_layer\": {\"name\": \"mha_layer\", \"b\": %lld, \"s\": %lld, \"e\": %lld, "
+      "\"h\": %lld, \"causal\": false, \"sizes\": \"%s\", \"flops\": %.17g}}\n",
+      static_cast<long long>(l.b), static_cast<long long>(l.s), static_cast<long long>(l.e),
+      static_cast<long long>(l.h), describe(l).c_str(),
+      attngen::bench::mha_layer_flops(l.b, l.s, l.e, false));
 }
 
 int g_threads = 1;  // set in main: --threads or one per core
@@ -514,7 +527,7 @@ void attngen_auto(benchmark::State& state, ModelShape m) {
     }
   }
   state.SetLabel(kernel);
-  set_gflops(state, attention_flops(m));
+  set_gflops(state, attngen::bench::flops_of(m));
 }
 
 // Rows of one head's score matrix become probabilities in place: scores of masked keys (j > i
@@ -566,11 +579,11 @@ void openblas_composed(benchmark::State& state, ModelShape m) {
     }
     benchmark::DoNotOptimize(o.data());
   }
-  set_gflops(state, attention_flops(m));
+  set_gflops(state, attngen::bench::flops_of(m));
 }
 
 void register_shape(const ModelShape& m) {
-  const std::string suffix = "/" + m.name + "/" + describe(m);
+  const std::string suffix = "/" + m.name + "/" + attngen::bench::sizes_of(m);
   benchmark::RegisterBenchmark(("attngen" + suffix).c_str(), attngen_auto, m)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
@@ -806,6 +819,15 @@ void register_overhead() {
 }
 
 int main(int argc, char** argv) {
+  // --describe_shapes answers and ends here, before OpenBLAS's core is chosen (which may run the
+  // program again with argv as given, so no flag is taken out of argv before that).
+  if (const std::vector<std::string> lists = take_flag("describe_shapes", &argc, argv);
+      !lists.empty()) {
+    std::vector<ModelShape> shapes;
+    if (!read_shape_lists(lists, &shapes)) return 1;
+    print_shapes_json(shapes);
+    return 0;
+  }
   attngen::bench::select_openblas_core(argc, argv);
   // Our flags go before benchmark::Initialize, which rejects flags it does not know.
   take_flag("openblas_core", &argc, argv);
@@ -814,6 +836,8 @@ int main(int argc, char** argv) {
   if (shape_lists.empty() && std::getenv("ATTNGEN_SHAPES") != nullptr) {
     shape_lists.push_back(std::getenv("ATTNGEN_SHAPES"));
   }
+  std::vector<ModelShape> shapes;  // read before anything is measured: a bad file stops the run
+  if (!read_shape_lists(shape_lists, &shapes)) return 1;
   g_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!threads.empty()) {
     g_threads = std::atoi(threads.back().c_str());
@@ -870,15 +894,12 @@ int main(int argc, char** argv) {
   }
   register_decode();
   if (!shape_lists.empty()) {
-    std::vector<ModelShape> shapes;
-    for (const std::string& list : shape_lists) {
-      if (!read_shape_files(list, &shapes)) return 1;
-    }
     for (const ModelShape& m : shapes) register_shape(m);
     for (const bool persistent : {false, true}) {
-      benchmark::RegisterBenchmark(
-          persistent ? "attngen_mha_layer/B4_S512_E768_H12" : "attngen_mha/B4_S512_E768_H12", mha,
-          nullptr, ATTNGEN_MASK_NONE, 4, 512, 768, 12, persistent)
+      const std::string name =
+          (persistent ? "attngen_mha_layer/" : "attngen_mha/") + describe(kMhaLayer);
+      benchmark::RegisterBenchmark(name.c_str(), mha, nullptr, ATTNGEN_MASK_NONE, kMhaLayer.b,
+                                   kMhaLayer.s, kMhaLayer.e, kMhaLayer.h, persistent)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -35,6 +35,7 @@
 #include "../runtime/src/nested_loops.h"
 #include "../tests/reference.h"
 #include "HalideRuntime.h"
+#include "flops.h"
 
 namespace {
 
@@ -157,8 +158,8 @@ struct Problem {
       for (int32_t b = 0; b < B; ++b) reinterpret_cast<int32_t*>(kv_len.data.data())[b] = S;
       out = &add("out", f32, {Dv, H, S, B});
       scale = 1.0f / std::sqrt(static_cast<float>(D));
-      const double pairs = opt.causal ? 0.5 * S * (S + 1.0) : double(S) * S;
-      flops = 2.0 * B * H * pairs * (D + Dv);
+      flops = attngen::bench::attention_flops(
+          B, H, attngen::bench::self_attention_pairs(S, opt.causal), D, Dv);
     } else if (opt.op == "linear") {
       if (s.size() != 4) fail("linear shapes are B,S,E,N");
       const int32_t B = s[0], S = s[1], E = s[2], N = s[3];
@@ -166,7 +167,7 @@ struct Problem {
       add("w", f32, {E, N}).random(2);
       add("bias", f32, {N}).random(3);
       out = &add("y", f32, {N, S, B});
-      flops = 2.0 * B * S * double(E) * N;
+      flops = attngen::bench::linear_flops(B, S, E, N);
     } else {
       fail("--op must be attention or linear");
     }

@@ -117,16 +117,19 @@ def run_attngen(bench, threads, min_time):
     return got
 
 
-def torch_runners(threads):
+def torch_runners(bench, threads):
+    """PyTorch on the same problems: ref_dense of bench/shapes/reference.txt and the MHA layer, as
+    attngen_bench describes them."""
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
-    shape = next(s for s in common.read_shapes([REFERENCE]) if s["name"] == "ref_dense")
+    described = common.describe(bench, [REFERENCE])
+    shape = next(s for s in described["shapes"] if s["name"] == "ref_dense")
     q, k, v = (torch.rand((shape["b"], shape["h"], shape["s"], shape["d"]), generator=g) * 2 - 1
                for _ in range(3))
-    layer = common.MHA_LAYER
+    layer = described["mha_layer"]
     mha = torch.nn.MultiheadAttention(layer["e"], layer["h"], batch_first=True).eval()
     x = torch.rand(layer["b"], layer["s"], layer["e"], generator=g) * 2 - 1
 
@@ -151,7 +154,7 @@ def summary(values, target, sense):
 def main():
     args, bench = common.paired_arguments(__doc__, "paired.py", default_pairs=12)
     try:
-        run_torch, version = torch_runners(args.threads)
+        run_torch, version = torch_runners(bench, args.threads)
     except ImportError as e:
         sys.exit(f"paired.py: PyTorch is needed ({e}); bench/run_peers.sh installs it")
 

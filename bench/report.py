@@ -1,7 +1,7 @@
 """Ratio table and bar plot from bench/run_peers.sh.
 
     python3 bench/report.py --bench out/attngen.json --peers out/peers.jsonl --out-dir out \
-        bench/shapes/*.txt
+        [--build build/release] bench/shapes/*.txt
 
 Reads Google Benchmark's JSON (attngen/..., openblas_composed/..., attngen_mha_layer/...,
 openblas_sgemm/2048, ceiling/fma_peak/...) and the peers' JSON lines, prints a Markdown table
@@ -9,7 +9,8 @@ openblas_sgemm/2048, ceiling/fma_peak/...) and the peers' JSON lines, prints a M
 attngen time: above 1 attngen is faster, below 1 it loses (marked "**lose**"). "% of FMA peak" is
 against the same run's fastest FMA loop on the run's threads (the arithmetic's limit); "% of
 sgemm" against OpenBLAS, flagged where it ran a core below this CPU's (the run's context
-openblas_core / openblas_core_for_cpu).
+openblas_core / openblas_core_for_cpu). The rows are the shape files' shapes and the MHA layer,
+as the build's attngen_bench describes them (bench/peers/common.py's describe()).
 
 Several rounds (--bench and --peers once per round, in the same order): each cell's times are
 the medians over the rounds and its ratio the median of the rounds' ratios, each taken within
@@ -33,8 +34,9 @@ PEER_COLUMN = {"openblas_composed": "openblas_composed", "torch_sdpa": "torch", 
                "ort_mha": "ort", "ggml_fa": "ggml"}
 
 
-def read_bench(path):
-    """{(column, shape): result} from Google Benchmark's JSON, and the sgemm ceiling."""
+def read_bench(path, mha_name):
+    """{(column, shape): result} from Google Benchmark's JSON (the MHA layer's under mha_name),
+    and the sgemm ceiling."""
     with open(path) as f:
         data = json.load(f)
     runs = data["benchmarks"]
@@ -60,7 +62,7 @@ def read_bench(path):
             results[(parts[0], parts[1])] = result
         elif parts[0] in ("attngen_mha", "attngen_mha_layer"):
             # The MHA row is the persistent layer's (weights packed once) where it ran.
-            key = ("attngen", common.MHA_LAYER["name"])
+            key = ("attngen", mha_name)
             if parts[0] == "attngen_mha_layer" or key not in results:
                 results[key] = result
     return data.get("context", {}), results, ceiling
@@ -76,14 +78,11 @@ def read_peers(path, results):
             results[(PEER_COLUMN.get(row["peer"], row["peer"]), row["shape"])] = row
 
 
-def rows(shapes):
-    """(shape name, dims, results of each column) in the order of the shape files, MHA last."""
-    out = []
-    for s in shapes:
-        dims = f"B{s['b']} H{s['h']} S{s['s']} D{s['d']}" + (" causal" if s["causal"] else "")
-        out.append((s["name"], dims))
-    layer = common.MHA_LAYER
-    out.append((layer["name"], f"MHA layer B{layer['b']} S{layer['s']} E{layer['e']} H{layer['h']}"))
+def rows(described):
+    """(shape name, sizes) in the order of the shape files, the MHA layer last."""
+    out = [(s["name"], s["sizes"].replace("_", " ")) for s in described["shapes"]]
+    layer = described["mha_layer"]
+    out.append((layer["name"], "MHA layer " + layer["sizes"].replace("_", " ")))
     return out
 
 
@@ -117,7 +116,7 @@ def combine(rounds):
     return combined, ceiling
 
 
-def markdown(shapes, results, ceiling, context, n_rounds=1):
+def markdown(described, results, ceiling, context, n_rounds=1):
     head = ["shape", "sizes", "attngen kernel", "attngen ms", "GFLOP/s", "% of FMA peak",
             "% of sgemm"]
     fma = results.get(("ceiling", "fma_peak"))
@@ -126,7 +125,7 @@ def markdown(shapes, results, ceiling, context, n_rounds=1):
         head += [f"{title} ms", "x"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     wins = losses = 0
-    for name, dims in rows(shapes):
+    for name, dims in rows(described):
         ours = results.get(("attngen", name), {"error": "not run"})
         if "error" in ours:
             # "no kernel for D128: <the runtime's message>": the reason here, the message below
@@ -166,7 +165,8 @@ def markdown(shapes, results, ceiling, context, n_rounds=1):
                          "matmul ceiling here; the FMA-peak column stands.**")
     notes.append(f"Threads: {context.get('threads', '?')}; attngen ISA: {context.get('attngen_isa', '?')}. "
                  "x = peer ms / attngen ms (above 1: attngen faster). "
-                 "FLOPs: 4·B·H·S²·D, halved for causal; MHA layer adds the projections 8·B·S·E².")
+                 "FLOPs as attngen_bench counts them (bench/flops.h): FlashAttention's convention "
+                 "over the attended pairs, the MHA layer's projections added.")
     if n_rounds > 1:
         notes.append(f"{n_rounds} rounds: times are medians over the rounds; x is the median of "
                      "the rounds' ratios (each within one round), with their range.")
@@ -177,7 +177,7 @@ def markdown(shapes, results, ceiling, context, n_rounds=1):
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
-def targets(rounds):
+def targets(rounds, mha_name):
     """Per round, the figures the speed targets are set on (bench/shapes/reference.txt and the
     MHA layer), each a ratio within the round; "" when the round lacks the shapes."""
     head = ["round", "FMA peak GFLOP/s", "sgemm 2048³ GFLOP/s", "dense GFLOP/s",
@@ -192,8 +192,8 @@ def targets(rounds):
         dense, causal = ok("attngen", "ref_dense"), ok("attngen", "ref_causal")
         if dense is None:
             continue
-        torch_dense, mha = ok("torch", "ref_dense"), ok("attngen", common.MHA_LAYER["name"])
-        torch_mha, fma = ok("torch", common.MHA_LAYER["name"]), ok("ceiling", "fma_peak")
+        torch_dense, mha = ok("torch", "ref_dense"), ok("attngen", mha_name)
+        torch_mha, fma = ok("torch", mha_name), ok("ceiling", "fma_peak")
         cells = [str(n), f"{fma['gflops']:.1f}" if fma else "–",
                  f"{ceiling['gflops']:.1f}" if ceiling else "–", f"{dense['gflops']:.1f}",
                  f"{dense['gflops'] / fma['gflops']:.2f}" if fma else "–",
@@ -209,13 +209,13 @@ def targets(rounds):
             + "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(lines) + "\n")
 
 
-def plot(shapes, results, ceiling, path):
+def plot(described, results, ceiling, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [name for name, _ in rows(shapes)]
+    names = [name for name, _ in rows(described)]
     columns = [("attngen", "attngen")] + PEERS
     width = 0.8 / len(columns)
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(names)), 4.5))
@@ -240,19 +240,23 @@ def main():
     parser.add_argument("--peers", required=True, action="append",
                         help="JSON lines of bench/peers/*.py (once per round, same order)")
     parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--build", default=common.DEFAULT_BUILD,
+                        help="build tree whose bench/attngen_bench describes the shape files "
+                        "(default: build/release)")
     parser.add_argument("shape_files", nargs="+")
     args = parser.parse_args()
     if len(args.bench) != len(args.peers):
         parser.error("give --bench and --peers once per round each")
-    shapes = common.read_shapes(args.shape_files)
+    described = common.describe(common.bench_of(args.build, "report.py"), args.shape_files)
+    mha_name = described["mha_layer"]["name"]
     rounds, context = [], {}
     for bench, peers in zip(args.bench, args.peers):
-        context, results, ceiling = read_bench(bench)
+        context, results, ceiling = read_bench(bench, mha_name)
         read_peers(peers, results)
         rounds.append((results, ceiling))
-    per_round = targets(rounds)
+    per_round = targets(rounds, mha_name)
     results, ceiling = combine(rounds)
-    table = markdown(shapes, results, ceiling, context, len(rounds))
+    table = markdown(described, results, ceiling, context, len(rounds))
     if per_round:
         table += "\n" + per_round
     print(table)
@@ -260,7 +264,7 @@ def main():
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:
         f.write(table)
     try:
-        plot(shapes, results, ceiling, os.path.join(args.out_dir, "gflops.png"))
+        plot(described, results, ceiling, os.path.join(args.out_dir, "gflops.png"))
     except ImportError as e:
         print(f"no plot: {e}", file=sys.stderr)
 

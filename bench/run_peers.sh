@@ -6,7 +6,8 @@
 #   peak (the arithmetic's limit), all from attngen_bench; PyTorch SDPA and nn.MultiheadAttention; ONNX Runtime's MultiHeadAttention;
 #   ggml's flash attention with f16 K/V (bench/peers/ggml_build.sh builds it).
 # Prints a Markdown ratio table (bench/report.py) and writes bench/out/{attngen_<round>.json,
-# peers_<round>.jsonl, table.md, gflops.png}.
+# peers_<round>.jsonl, table.md, gflops.png}. The shape files are read, and FLOPs counted, by
+# attngen_bench alone: the Python peers and the report ask it (--describe_shapes).
 #
 #   bash bench/run_peers.sh [--threads N] [--build DIR] [--min-time SECONDS] [--rounds N]
 #                           [shape files...]
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --build) build="$(realpath "$2")"; shift 2 ;;
     --min-time) min_time="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "run_peers.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) shapes+=("$(realpath "$1")"); shift ;;
   esac
@@ -99,10 +100,11 @@ for round in $(seq 1 "$rounds"); do
   echo "== round $round of $rounds: peers"
   : > "$out/peers_$round.jsonl"
   for peer in torch_sdpa ort_mha; do
-    "$python" "bench/peers/$peer.py" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
+    "$python" "bench/peers/$peer.py" --threads "$threads" --min-time "$min_time" --build "$build" \
+      "${shapes[@]}" \
       | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: $peer failed (rows missing)" >&2
   done
-  "$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" \
+  "$python" bench/peers/torch_mha.py --threads "$threads" --min-time "$min_time" --build "$build" \
     | tee -a "$out/peers_$round.jsonl" || echo "run_peers.sh: torch_mha failed (row missing)" >&2
   if [ -x "$ggml" ]; then
     "$ggml" --threads "$threads" --min-time "$min_time" "${shapes[@]}" \
@@ -112,5 +114,5 @@ for round in $(seq 1 "$rounds"); do
 done
 
 echo "== table (bench/out/table.md, bench/out/gflops.png)"
-"$python" bench/report.py "${report_args[@]}" --out-dir "$out" "${shapes[@]}"
+"$python" bench/report.py "${report_args[@]}" --out-dir "$out" --build "$build" "${shapes[@]}"
 echo "== took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,5 +1,6 @@
 // Times the CUDA attention kernels with device-resident tensors (no host copies inside the
-// timed loop), FlashAttention FLOP convention, one CSV line per kernel and shape:
+// timed loop), FLOPs as attngen_bench counts them (bench/flops.h), one CSV line per kernel and
+// shape:
 //   kernel,dtype,B,H,S,D,causal,ms,gflops
 // (arguments: see main)
 // The kernels (D64 dense and causal in f32, f16 and bf16) are listed in cuda_bench_kernels.h,
@@ -19,6 +20,7 @@
 
 #include "HalideBuffer.h"
 #include "HalideRuntimeCuda.h"
+#include "bench/flops.h"
 #include "cuda_bench_kernels.h"
 
 namespace {
@@ -122,7 +124,7 @@ struct Named {
 };
 
 double flops_of(const Shape& sh, bool causal) {
-  return 4.0 * sh.b * sh.h * static_cast<double>(sh.s) * sh.s * sh.d * (causal ? 0.5 : 1.0);
+  return attngen::bench::self_attention_flops(sh.b, sh.h, sh.s, sh.d, causal);
 }
 
 // Median of `reps` timings of `iters` back-to-back calls, in ms per call.

@@ -36,7 +36,7 @@ if python3 -c 'import torch' 2> /dev/null; then
   python3 bench/gpu/sdpa_peer.py | tee "$out/torch.csv"
 else
   echo "torch is not installed here (pip install torch); table without the peer" >&2
-  echo "dtype,B,H,S,D,causal,ms,gflops" > "$out/torch.csv"
+  echo "dtype,B,H,S,D,causal,ms" > "$out/torch.csv"
 fi
 
 echo "== ratio table (attngen time / torch time: below 1 is faster)"

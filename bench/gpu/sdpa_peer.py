@@ -1,6 +1,7 @@
 """PyTorch peer for bench/gpu/run.sh: torch.nn.functional.scaled_dot_product_attention on the GPU
-in fp32, fp16 and bf16 (tensors of that dtype), same shapes and FLOP convention as
-cuda_bench.cpp. CSV: dtype,B,H,S,D,causal,ms,gflops"""
+in fp32, fp16 and bf16 (tensors of that dtype), same shapes as cuda_bench.cpp. CSV:
+dtype,B,H,S,D,causal,ms (times only: run.sh compares times, and GFLOP/s are attngen_cuda_bench's,
+counted by bench/flops.h)."""
 import sys
 
 import torch
@@ -28,7 +29,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("torch sees no CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as attngen computes
-    print("dtype,B,H,S,D,causal,ms,gflops")
+    print("dtype,B,H,S,D,causal,ms")
     for name, dtype in DTYPES:
         for causal in (0, 1):
             for b, h, s, d in SHAPES:
@@ -36,10 +37,11 @@ def main():
                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
                 fn()
                 torch.cuda.synchronize()
-                flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-                ms = time_ms(fn, max(3, int(2e11 / flops)))
-                print(f"{name},{b},{h},{s},{d},{causal},{ms:.4f},{flops / ms / 1e6:.1f}",
-                      flush=True)
+                # Each timing covers about 50 ms of calls (at least 3), from one more warm call's
+                # time, as cuda_bench.cpp's.
+                warm_ms = time_ms(fn, 1)
+                ms = time_ms(fn, max(3, int(50.0 / max(warm_ms, 1e-3))))
+                print(f"{name},{b},{h},{s},{d},{causal},{ms:.4f}", flush=True)
 
 
 if __name__ == "__main__":

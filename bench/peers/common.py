@@ -1,8 +1,10 @@
-"""Shared by the Python peers: shape files, the FLOP convention, timing and JSON-line output.
+"""Shared by the Python peers and the paired scripts: the shapes and their FLOPs (from
+attngen_bench), timing and JSON-line output.
 
-Shape files (bench/shapes/*.txt) hold one shape per line, "name B H S D [causal]", with "#"
-comments; attention is self-attention (Sq = Skv = S). FLOPs follow FlashAttention's
-convention, 4 * B * H * Sq * Skv * D, halved for causal, as the C++ harness counts them.
+The shape files (bench/shapes/*.txt) are read, and FLOPs counted, by attngen_bench alone
+(bench/shapes.h, bench/flops.h): describe() asks it (--describe_shapes) for the shapes of the
+files and the MHA layer, each with the FLOPs its benchmarks count, so a peer's GFLOP/s is
+attngen's to the FLOP.
 """
 import argparse
 import json
@@ -12,33 +14,31 @@ import subprocess
 import sys
 import time
 
-# The MHA layer every peer and attngen_mha compare on: BERT-base, nn.MultiheadAttention(768, 12).
-MHA_LAYER = {"name": "mha_layer", "b": 4, "s": 512, "e": 768, "h": 12}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_BUILD = os.path.join(ROOT, "build", "release")  # what bench/run_peers.sh builds
 
 
-def read_shapes(paths):
-    shapes = []
-    for path in paths:
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                fields = line.split("#")[0].split()
-                if not fields:
-                    continue
-                if len(fields) not in (5, 6) or (len(fields) == 6 and fields[5] not in ("causal", "dense")):
-                    raise SystemExit(f'{path}:{number}: expected "name B H S D [causal]", got {line!r}')
-                b, h, s, d = (int(x) for x in fields[1:5])
-                shapes.append({"name": fields[0], "b": b, "h": h, "s": s, "d": d,
-                               "causal": len(fields) == 6 and fields[5] == "causal"})
-    return shapes
+def bench_of(build, script):
+    """Path of the build's attngen_bench; exits with a message where it is missing."""
+    bench = os.path.join(build, "bench", "attngen_bench")
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"{script}: no {bench} (build the attngen_bench target there, or pass --build)")
+    return bench
 
 
-def attention_flops(shape):
-    return 4.0 * shape["b"] * shape["h"] * shape["s"] ** 2 * shape["d"] * (0.5 if shape["causal"] else 1.0)
-
-
-def mha_layer_flops(layer):
-    b, s, e = layer["b"], layer["s"], layer["e"]
-    return 2.0 * b * s * e * (4.0 * e) + 4.0 * b * s * s * e  # projections + attention
+def describe(bench, shape_files=()):
+    """attngen_bench --describe_shapes: {"shapes": [...], "mha_layer": {...}}. Each shape of the
+    files, in order, is {"name", "b", "h", "s", "d", "causal", "sizes", "flops"}; the MHA layer
+    every peer and attngen_mha compare on is {"name", "b", "s", "e", "h", "causal", "sizes",
+    "flops"}. Exits with attngen_bench's message for an unreadable or malformed file."""
+    paths = [os.path.abspath(p) for p in shape_files]
+    if any("," in p for p in paths):
+        sys.exit(f"shape file paths must not hold a comma (attngen_bench's list): {paths}")
+    out = subprocess.run([bench, "--describe_shapes=" + ",".join(paths)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(out.stderr.strip() or f"{bench} --describe_shapes failed ({out.returncode})")
+    return json.loads(out.stdout)
 
 
 def median_ms(fn, min_time, warmup=0.2, min_reps=3, max_reps=100):
@@ -69,12 +69,20 @@ def emit(peer, shape, ms=None, flops=None, error=None, **extra):
 
 
 def arguments(description, shapes=True):
+    """The peers' options, and the shapes and MHA layer (describe()) from the build's
+    attngen_bench."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads (default: one per core)")
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds of timed calls per shape, at least 3 calls")
+    parser.add_argument("--build", default=DEFAULT_BUILD,
+                        help="build tree whose bench/attngen_bench reads the shape files and counts "
+                        "FLOPs (default: build/release)")
     if shapes:
         parser.add_argument("shape_files", nargs="+", help="bench/shapes/*.txt")
-    return parser.parse_args()
+    args = parser.parse_args()
+    described = describe(bench_of(args.build, os.path.basename(sys.argv[0])),
+                         args.shape_files if shapes else ())
+    return args, described
 
 
 def paired_arguments(description, script, default_pairs):
@@ -88,10 +96,7 @@ def paired_arguments(description, script, default_pairs):
     parser.add_argument("--min-time", type=float, default=0.3,
                         help="seconds of timing per benchmark and pair")
     args = parser.parse_args()
-    bench = os.path.join(args.build, "bench", "attngen_bench")
-    if not os.access(bench, os.X_OK):
-        sys.exit(f"{script}: no {bench} (build the attngen_bench target there)")
-    return args, bench
+    return args, bench_of(args.build, script)
 
 
 def summary(values):

@@ -9,53 +9,26 @@
 // one head's rows contiguous ([B, H, S, D] in ggml's innermost-first order D, S, H, B), scale
 // 1/sqrt(D); causal by ggml's F16 mask [S, S] (0 or -inf). Decode: B1, one query of
 // Hq 32 heads over Skv cached positions of Hkv 8 heads, D128 (Llama-3-8B's layer, the shape of
-// attngen_bench's decode_cache benchmarks). Inputs are uniform in [-1, 1). Prints one JSON line per
-// case, as bench/peers/common.py's emit(): peer, shape, ms (median), gflops, threads, kv.
+// attngen_bench's decode_cache benchmarks). Inputs are uniform in [-1, 1). Shape files are read
+// and FLOPs counted by attngen_bench's own code (bench/shapes.h, bench/flops.h). Prints one JSON
+// line per case, as bench/peers/common.py's emit(): peer, shape, ms (median), gflops, threads, kv.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/shapes.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 
 namespace {
 
-struct Shape {
-  std::string name;
-  int64_t b, h, s, d;
-  bool causal;
-};
-
-bool read_shapes(const char* path, std::vector<Shape>* shapes) {
-  std::ifstream f(path);
-  if (!f) {
-    std::fprintf(stderr, "ggml_attention: cannot read %s\n", path);
-    return false;
-  }
-  std::string line;
-  for (int number = 1; std::getline(f, line); ++number) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream in(line);
-    Shape s{};
-    std::string mask;
-    if (!(in >> s.name)) continue;
-    if (!(in >> s.b >> s.h >> s.s >> s.d)) {
-      std::fprintf(stderr, "%s:%d: expected \"name B H S D [causal]\"\n", path, number);
-      return false;
-    }
-    s.causal = (in >> mask) && mask == "causal";
-    shapes->push_back(s);
-  }
-  return true;
-}
+using attngen::bench::ModelShape;
 
 ggml_type kv_type(const std::string& name) {
   if (name == "f16") return GGML_TYPE_F16;
@@ -189,7 +162,7 @@ void emit(const char* peer, const std::string& shape, const Timing& t, double fl
   std::fflush(stdout);
 }
 
-void attention(const Shape& s, const std::string& kv, int threads, double min_time) {
+void attention(const ModelShape& s, const std::string& kv, int threads, double min_time) {
   const ggml_type type = kv_type(kv);
   const size_t bytes =
       static_cast<size_t>(s.b * s.h * s.s * s.d) * 4 * 4 + static_cast<size_t>(s.s * s.s) * 2;
@@ -203,8 +176,7 @@ void attention(const Shape& s, const std::string& kv, int threads, double min_ti
   ggml_tensor* out =
       ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(s.d)), 0, 0);
   const Timing t = time_graph(ctx, out, threads, min_time);
-  const double flops = 4.0 * s.b * s.h * s.s * s.s * s.d * (s.causal ? 0.5 : 1.0);
-  emit("ggml_fa", s.name, t, flops, kv);
+  emit("ggml_fa", s.name, t, attngen::bench::flops_of(s), kv);
   ggml_free(ctx);
 }
 
@@ -240,7 +212,8 @@ int main(int argc, char** argv) {
   std::string kv = "f16";
   bool decode_mode = false;
   int64_t skv = 8192;
-  std::vector<Shape> shapes;
+  std::vector<ModelShape> shapes;
+  std::string error;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -257,7 +230,8 @@ int main(int argc, char** argv) {
     } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "ggml_attention: unknown option %s\n", a.c_str());
       return 2;
-    } else if (!read_shapes(argv[i], &shapes)) {
+    } else if (!attngen::bench::read_shape_file(argv[i], &shapes, &error)) {
+      std::fprintf(stderr, "ggml_attention: %s\n", error.c_str());
       return 2;
     }
   }
@@ -275,6 +249,6 @@ int main(int argc, char** argv) {
     decode(skv, kv, threads, min_time);
     return 0;
   }
-  for (const Shape& s : shapes) attention(s, kv, threads, min_time);
+  for (const ModelShape& s : shapes) attention(s, kv, threads, min_time);
   return 0;
 }

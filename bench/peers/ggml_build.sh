@@ -14,7 +14,13 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 python="${PYTHON:-python3}"
 exe="$out/ggml_attention"
-if [ -x "$exe" ] && [ "$exe" -nt "$root/bench/peers/ggml_attention.cpp" ]; then
+# Its sources: the peer and attngen_bench's shape-file reader and FLOP counts, which it shares.
+sources=("$root/bench/peers/ggml_attention.cpp" "$root/bench/shapes.cpp")
+up_to_date=1
+for f in "${sources[@]}" "$root/bench/shapes.h" "$root/bench/flops.h"; do
+  [ -x "$exe" ] && [ "$exe" -nt "$f" ] || up_to_date=0
+done
+if [ "$up_to_date" = 1 ]; then
   echo "ggml_build.sh: $exe is up to date"
   exit 0
 fi
@@ -35,6 +41,6 @@ cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHAR
   -DGGML_NATIVE=ON -DGGML_CCACHE=OFF -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF > "$out/cmake.log"
 cmake --build "$out/build" > "$out/build.log"
 libs=("$out/build/src/libggml.a" "$out/build/src/libggml-cpu.a" "$out/build/src/libggml-base.a")
-g++ -O2 -std=c++17 -I"$src/include" "$root/bench/peers/ggml_attention.cpp" "${libs[@]}" \
+g++ -O2 -std=c++17 -I"$src/include" -I"$root" "${sources[@]}" "${libs[@]}" \
   -fopenmp -lpthread -o "$exe"
 echo "ggml_build.sh: built $exe (ggml of llama-cpp-python $version)"

@@ -3,10 +3,11 @@ fp32, intra-op threads N, in a one-node graph made with onnx.helper; and the MHA
 (BERT-base, x [4, 512, 768]) as ONNX Runtime runs it: MatMul + Add (in_proj), Split,
 MultiHeadAttention, MatMul + Add (out_proj).
 
-    python3 bench/peers/ort_mha.py --threads 2 bench/shapes/*.txt
+    python3 bench/peers/ort_mha.py --threads 2 [--build build/release] bench/shapes/*.txt
 
 Q, K, V go in as [B, S, H*D], i.e. BSHD, attngen's own layout; causal is the op's
-"unidirectional" attribute. Before timing, each graph is checked against a NumPy reference on a
+"unidirectional" attribute. The shapes, the MHA layer and their FLOPs come from the build's
+attngen_bench (common.describe()). Before timing, each graph is checked against a NumPy reference on a
 small case of the same kind; a graph that cannot be built, cannot run, or computes something
 else is reported as an error line, never timed.
 """
@@ -118,9 +119,8 @@ def check_layer(threads):
 
 
 def main():
-    args = common.arguments(__doc__)
-    shapes = common.read_shapes(args.shape_files)
-    layer = common.MHA_LAYER
+    args, described = common.arguments(__doc__)
+    shapes, layer = described["shapes"], described["mha_layer"]
     names = [shape["name"] for shape in shapes] + [layer["name"]]
     try:
         import numpy as np
@@ -151,7 +151,7 @@ def main():
         except Exception as e:
             common.emit(PEER, shape["name"], error=f"run failed: {e}".splitlines()[0], **info)
             continue
-        common.emit(PEER, shape["name"], ms, common.attention_flops(shape), **info)
+        common.emit(PEER, shape["name"], ms, shape["flops"], **info)
         del sess, feed
 
     try:
@@ -165,7 +165,7 @@ def main():
     sess = layer_session(b, s, e, layer["h"], layer_weights(rng, e), args.threads)
     feed = {"x": random(rng, b, s, e)}
     ms = common.median_ms(lambda: sess.run(None, feed), args.min_time)
-    common.emit(PEER, layer["name"], ms, common.mha_layer_flops(layer), **info)
+    common.emit(PEER, layer["name"], ms, layer["flops"], **info)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Peer: torch.nn.functional.scaled_dot_product_attention, fp32 on the CPU, inference.
 
-    python3 bench/peers/torch_sdpa.py --threads 2 bench/shapes/*.txt
+    python3 bench/peers/torch_sdpa.py --threads 2 [--build build/release] bench/shapes/*.txt
 
 Prints one JSON line per shape (see common.py); Q, K, V are [B, H, S, D] contiguous, PyTorch's
-own layout, causal as is_causal=True (Sq = Skv, so the alignment question does not arise).
+own layout, causal as is_causal=True (Sq = Skv, so the alignment question does not arise). The
+shapes and their FLOPs come from the build's attngen_bench (common.describe()).
 """
 import common
 
@@ -11,8 +12,8 @@ PEER = "torch_sdpa"
 
 
 def main():
-    args = common.arguments(__doc__)
-    shapes = common.read_shapes(args.shape_files)
+    args, described = common.arguments(__doc__)
+    shapes = described["shapes"]
     try:
         import torch
         import torch.nn.functional as F
@@ -28,7 +29,7 @@ def main():
             q, k, v = (torch.rand(size, generator=generator, dtype=torch.float32) * 2 - 1 for _ in range(3))
             run = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=shape["causal"])
             ms = common.median_ms(run, args.min_time)
-            common.emit(PEER, shape["name"], ms, common.attention_flops(shape),
+            common.emit(PEER, shape["name"], ms, shape["flops"],
                         threads=torch.get_num_threads(), version=torch.__version__)
 
 

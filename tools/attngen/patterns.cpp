@@ -7,6 +7,7 @@
 #include <random>
 
 #include "attngen/kernel.h"
+#include "bench/flops.h"  // the FLOP count attngen_bench and the peers use
 
 namespace attngen::cli {
 
@@ -356,7 +357,7 @@ int64_t count_pairs(const attngen_pattern& p, bool causal, int64_t seq) {
 
 std::vector<PatternRow> pattern_rows(const PatternSet& set) {
   const PatternParams& prm = set.params();
-  const double s = double(prm.seq), h = double(prm.heads), d = double(prm.dim);
+  const double s = double(prm.seq);
   std::vector<PatternRow> rows;
   for (PatternId id : kAllPatterns) {
     for (int causal = 0; causal <= (prm.causal ? 1 : 0); ++causal) {
@@ -374,7 +375,7 @@ std::vector<PatternRow> pattern_rows(const PatternSet& set) {
       r.causal = causal != 0;
       r.pairs = count_pairs(p, r.causal, prm.seq);
       r.fraction = double(r.pairs) / (s * s);
-      r.flops = 4.0 * h * double(r.pairs) * d;
+      r.flops = attngen::bench::attention_flops(1, prm.heads, double(r.pairs), prm.dim, prm.dim);
       r.dense_score_bytes = 4 * prm.heads * prm.seq * prm.seq;
       r.kernel_bytes = 4 * 4 * prm.seq * prm.heads * prm.dim;
       if (id == PatternId::kBlockSparse) r.kernel_bytes += set.layout().rows * set.layout().cols;
