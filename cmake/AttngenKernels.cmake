@@ -198,21 +198,11 @@ endfunction()
 set(ATTNGEN_KERNELS_FROM "" CACHE PATH
     "A build tree of the same architecture and generator whose generated kernels this one copies")
 
-# The outputs add_halide_library() makes of a kernel: its header, its code (a static library when
-# cross-compiling, else an object), its assembly and its statement listing.
-function(_attngen_kernel_outputs NAME OUT)
-  if (CMAKE_CROSSCOMPILING)
-    set(code "${NAME}${CMAKE_STATIC_LIBRARY_SUFFIX}")
-  else ()
-    set(code "${NAME}${CMAKE_C_OUTPUT_EXTENSION}")
-  endif ()
-  set(${OUT} "${NAME}.h" "${code}" "${NAME}.s" "${NAME}.stmt" PARENT_SCOPE)
-endfunction()
-
 # The kernel NAME as the tree ATTNGEN_KERNELS_FROM generated it (the same directory relative to
 # its top), copied rather than generated, in the targets add_halide_library() would make:
-# NAME (its code, its header on the include path, linking RUNTIME) and NAME.update. OUT is set to
-# TRUE, or FALSE where that tree has no such kernel.
+# NAME (its code, its header on the include path, linking RUNTIME) and NAME.update. Its code is
+# the object add_halide_library() makes, or the static library it makes where Halide takes the
+# build for a cross build. OUT is set to TRUE, or FALSE where that tree has no such kernel.
 function(_attngen_copied_kernel NAME RUNTIME OUT)
   set(${OUT} FALSE PARENT_SCOPE)
   if (NOT ATTNGEN_KERNELS_FROM)
@@ -220,10 +210,13 @@ function(_attngen_copied_kernel NAME RUNTIME OUT)
   endif ()
   file(RELATIVE_PATH dir "${CMAKE_BINARY_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
   set(from "${ATTNGEN_KERNELS_FROM}/${dir}")
-  _attngen_kernel_outputs(${NAME} files)
+  set(code "${NAME}${CMAKE_C_OUTPUT_EXTENSION}")
+  if (NOT EXISTS "${from}/${code}")
+    set(code "${NAME}${CMAKE_STATIC_LIBRARY_SUFFIX}")
+  endif ()
   set(sources "")
   set(outputs "")
-  foreach (f IN LISTS files)
+  foreach (f IN ITEMS "${code}" "${NAME}.h" "${NAME}.s" "${NAME}.stmt")
     if (NOT EXISTS "${from}/${f}")
       return()
     endif ()
@@ -236,8 +229,8 @@ function(_attngen_copied_kernel NAME RUNTIME OUT)
                      COMMENT "Copying ${NAME} from ${from}"
                      VERBATIM)
   add_custom_target(${NAME}.update ALL DEPENDS ${outputs})
-  list(GET outputs 1 code)
-  if (CMAKE_CROSSCOMPILING)
+  list(GET outputs 0 code)
+  if (code MATCHES "${CMAKE_STATIC_LIBRARY_SUFFIX}$")
     add_library(${NAME} STATIC IMPORTED GLOBAL)
     set_target_properties(${NAME} PROPERTIES IMPORTED_LOCATION "${code}")
   else ()

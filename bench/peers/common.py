@@ -34,8 +34,10 @@ def describe(bench, shape_files=()):
     paths = [os.path.abspath(p) for p in shape_files]
     if any("," in p for p in paths):
         sys.exit(f"shape file paths must not hold a comma (attngen_bench's list): {paths}")
-    out = subprocess.run([bench, "--describe_shapes=" + ",".join(paths)], capture_output=True,
-                         text=True)
+    # (The filter matches no benchmark: a bench built before --describe_shapes runs nothing and
+    # prints no JSON, rather than the whole suite.)
+    out = subprocess.run([bench, "--describe_shapes=" + ",".join(paths),
+                          "--benchmark_filter=^$"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(out.stderr.strip() or f"{bench} --describe_shapes failed ({out.returncode})")
     return json.loads(out.stdout)
