@@ -50,8 +50,11 @@ int divisor_at_most(int n, int limit) {
   return 1;
 }
 
-// VNNI i8 q.k: partial sums per row over alternate 4-byte groups of the head dim (below).
-constexpr int kI8DotChains = 2;
+// Integer-dot i8 q.k: partial sums per row over alternate 4-byte groups of the head dim where a
+// group of 16 keys (16 32-bit lanes) is one vector (below); where it takes several (NEON's 4),
+// those are the chains in flight, and two partial sums would double the accumulators of a row
+// tile past the registers (4 rows x 4 vectors x 2 spilled on aarch64).
+int i8_dot_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 2 ? 1 : 2; }
 
 // 16-bit q.k: partial sums per row over alternate elements of the head dim where a group of
 // 16 keys is one vector (more than one FMA chain in flight per row).
@@ -60,7 +63,7 @@ int half_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 
 }  // namespace
 
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info) {
-  if (spec.int8_dot != Int8Dot::kNone) return kI8DotChains * kI8DotBytes * kSlotGroup;
+  if (spec.int8_dot != Int8Dot::kNone) return i8_dot_chains(info) * kI8DotBytes * kSlotGroup;
   return half_chains(info) * kSlotGroup * spec.kv_type.bytes();
 }
 
@@ -166,13 +169,13 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // slots in each 64-byte vector (core/kv_layout.h), one vpdpbusd operand against the 4
     // bytes of a row's q broadcast: per (16 keys, 4 elements of the head dim) one load, one
     // xor into u8 and one vpdpbusd per row, and no horizontal sums. The head dim's 4-byte
-    // groups alternate between two partial sums (an rfactor over kI8DotChains, dot_rf), so
+    // groups alternate between two partial sums (an rfactor over i8_dot_chains, dot_rf), so
     // that each row has two chains of vpdpbusd (latency 4) in flight instead of one of Dqk / 4:
     // 0.98 of the time (bench/RESULTS.md, "Every call's thread count read once": 6 alternating
     // rounds; 4 chains 0.98 too).
     Func dot_rf = dot.update()
                       .split(f.rd, rdo, rdq, kI8DotBytes)
-                      .split(rdo, rdoo, rdoi, kI8DotChains)
+                      .split(rdo, rdoo, rdoi, i8_dot_chains(info))
                       .rfactor(rdoi, chain);
     dot_rf.update()
         .reorder(rdq, s, chain, r, rdoo)
