@@ -441,12 +441,7 @@ void fuzz_mha(Input& in, Fill& fill) {
   out_b.make(dtype_near(in, dt), layout_for(in, {in.chance(6) ? dim(in, 8) : E}), 0, in.chance(3));
   y.make(dtype_near(in, dt), layout_for(in, {B, S, E}), misalign(in, dt), in.chance(3));
   fill_input(x, fill);
-  const double a = E > 0 && E < (1 << 20) ? 1.0 / std::sqrt(static_cast<double>(E)) : 1.0;
-  fill.lo = -a;
-  fill.hi = a;
-  for (GuardTensor* g : {&in_w, &in_b, &out_w, &out_b}) fill_input(*g, fill);
-  fill.lo = -1;
-  fill.hi = 1;
+  fill_mha_weights({&in_w, &in_b, &out_w, &out_b}, E, fill);
 
   attngen_mha_weights wts{&in_w.t, in.chance(128) ? &in_b.t : nullptr, &out_w.t,
                           in.chance(128) ? &out_b.t : nullptr};

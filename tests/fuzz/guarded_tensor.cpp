@@ -248,6 +248,16 @@ void fill_input(GuardTensor& g, Fill& f) {
   g.for_each([&](int64_t, int64_t off) { g.set(off, random_value(f)); });
 }
 
+void fill_mha_weights(std::initializer_list<GuardTensor*> weights, int64_t embed, Fill& f) {
+  const double a =
+      embed > 0 && embed < (1 << 20) ? 1.0 / std::sqrt(static_cast<double>(embed)) : 1.0;
+  f.lo = -a;
+  f.hi = a;
+  for (GuardTensor* g : weights) fill_input(*g, f);
+  f.lo = -1;
+  f.hi = 1;
+}
+
 Dense dense_of(const GuardTensor& g) {
   Dense d;
   for (double x : g.dense()) d.data.push_back(static_cast<float>(x));

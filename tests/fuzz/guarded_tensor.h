@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -128,6 +129,9 @@ double random_value(Fill& f);
 // Fills an input's gaps with a NaN of its dtype (padding is often uninitialised; a kernel must
 // not read it) and its elements with random values rounded to its dtype.
 void fill_input(GuardTensor& g, Fill& f);
+// An MHA layer's weights and biases (in_w, in_b, out_w, out_b) filled uniform in +-1/sqrt(E), a
+// trained projection's scale, with f's other settings; f is back to [-1, 1] after.
+void fill_mha_weights(std::initializer_list<GuardTensor*> weights, int64_t embed, Fill& f);
 
 // A float32 dense copy of a float tensor, and its View (what the reference reads).
 struct Dense {
