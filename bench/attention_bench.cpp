@@ -34,6 +34,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -660,7 +661,40 @@ void register_generic_price() {
 // kernel's own entry point): one small attention, B1 H1 S16 D64, run three ways on the same
 // buffers at the run's thread count: the kernel's descriptor entry point with Halide views made
 // once ("direct"), an attention plan's run ("planned"), and attngen_attention() ("call").
-enum class Through { kDirect, kPlanned, kCall };
+// "paired" alternates batches of direct and planned runs within one benchmark (microseconds
+// apart, so the machine's drift falls on both alike) and reports each one's mean time and their
+// difference as counters: the figure the target is about.
+enum class Through { kDirect, kPlanned, kCall, kPaired };
+
+// Runs `direct` and `planned` in alternating batches for the benchmark's iterations; sets the
+// counters direct_us, planned_us and overhead_us (means per call). False if a call failed.
+template <typename Direct, typename Planned>
+bool run_paired(benchmark::State& state, Direct direct, Planned planned) {
+  constexpr int kBatch = 32;
+  using clock = std::chrono::steady_clock;
+  double direct_s = 0, planned_s = 0;
+  int64_t calls = 0;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      if (!direct()) return false;
+    }
+    const auto t1 = clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      if (!planned()) return false;
+    }
+    const auto t2 = clock::now();
+    direct_s += std::chrono::duration<double>(t1 - t0).count();
+    planned_s += std::chrono::duration<double>(t2 - t1).count();
+    calls += kBatch;
+  }
+  if (calls > 0) {
+    state.counters["direct_us"] = direct_s / calls * 1e6;
+    state.counters["planned_us"] = planned_s / calls * 1e6;
+    state.counters["overhead_us"] = (planned_s - direct_s) / calls * 1e6;
+  }
+  return true;
+}
 
 // A Halide view of a dense tensor (dims innermost first).
 struct DirectView {
@@ -716,14 +750,20 @@ void overhead_attention(benchmark::State& state, Through through) {
   data.k = k.data();
   data.v = v.data();
   data.out = o.data();
-  for (auto _ : state) {
-    const bool ok = through == Through::kDirect ? kernel->run(nullptr, &args) == 0
-                    : through == Through::kPlanned
-                        ? attngen_attention_plan_run(plan, &data) == ATTNGEN_OK
-                        : attngen_attention(&tq, &tk, &tv, &to, &opt) == ATTNGEN_OK;
-    if (!ok) {
-      state.SkipWithError(attngen_last_error());
-      break;
+  const auto direct = [&] { return kernel->run(nullptr, &args) == 0; };
+  const auto planned = [&] { return attngen_attention_plan_run(plan, &data) == ATTNGEN_OK; };
+  if (through == Through::kPaired) {
+    if (!run_paired(state, direct, planned)) state.SkipWithError(attngen_last_error());
+  } else {
+    for (auto _ : state) {
+      const bool ok = through == Through::kDirect ? direct()
+                      : through == Through::kPlanned
+                          ? planned()
+                          : attngen_attention(&tq, &tk, &tv, &to, &opt) == ATTNGEN_OK;
+      if (!ok) {
+        state.SkipWithError(attngen_last_error());
+        break;
+      }
     }
   }
   state.SetLabel(kernel->name);
@@ -787,14 +827,20 @@ void overhead_decode(benchmark::State& state, Through through) {
   attngen_decode_data data = attngen_decode_data_default();
   data.q = q.data();
   data.out = o.data();
-  for (auto _ : state) {
-    const bool ok = through == Through::kDirect ? kernel->run(nullptr, &args) == 0
-                    : through == Through::kPlanned
-                        ? attngen_decode_plan_run(plan, cache, 0, &data) == ATTNGEN_OK
-                        : attngen_decode(&tq, cache, 0, &to, nullptr) == ATTNGEN_OK;
-    if (!ok) {
-      state.SkipWithError(attngen_last_error());
-      break;
+  const auto direct = [&] { return kernel->run(nullptr, &args) == 0; };
+  const auto planned = [&] { return attngen_decode_plan_run(plan, cache, 0, &data) == ATTNGEN_OK; };
+  if (through == Through::kPaired) {
+    if (!run_paired(state, direct, planned)) state.SkipWithError(attngen_last_error());
+  } else {
+    for (auto _ : state) {
+      const bool ok = through == Through::kDirect ? direct()
+                      : through == Through::kPlanned
+                          ? planned()
+                          : attngen_decode(&tq, cache, 0, &to, nullptr) == ATTNGEN_OK;
+      if (!ok) {
+        state.SkipWithError(attngen_last_error());
+        break;
+      }
     }
   }
   state.SetLabel(kernel->name);
@@ -803,8 +849,10 @@ void overhead_decode(benchmark::State& state, Through through) {
 }
 
 void register_overhead() {
-  const std::pair<const char*, Through> ways[] = {
-      {"direct", Through::kDirect}, {"planned", Through::kPlanned}, {"call", Through::kCall}};
+  const std::pair<const char*, Through> ways[] = {{"direct", Through::kDirect},
+                                                  {"planned", Through::kPlanned},
+                                                  {"call", Through::kCall},
+                                                  {"paired", Through::kPaired}};
   for (const auto& [name, through] : ways) {
     benchmark::RegisterBenchmark((std::string("overhead/attention/B1_H1_S16_D64/") + name).c_str(),
                                  overhead_attention, through)

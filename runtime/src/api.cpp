@@ -247,6 +247,26 @@ bool workspace_need(Check& c, const attngen_kernel_info& kernel, const attngen_k
                     "attngen_*_workspace_size() with its arguments first");
 }
 
+// Runs the kernel in the call's workspace (the area its need takes there), into *result and
+// *overflow (its scratch outgrew the area); false (c says why) where it cannot run there. The
+// memory's bookkeeping (some KiB to clear) is made only for such runs.
+bool run_in_workspace(Check& c, CallScratch& scratch, const attngen_kernel_info& kernel,
+                      const attngen_kernel_args& args, CallContext& ctx, int* result,
+                      bool* overflow) {
+  KernelMemory memory{KernelMemory::kWorkspace};
+  KernelNeed need;
+  const int threads = thread_count();
+  if (!workspace_need(c, kernel, args, &need) || !scratch.check_kernel(c, kernel, need, threads)) {
+    return false;
+  }
+  scratch.area_for(need, threads, memory);
+  ctx.memory = &memory;
+  *result = run_with_memory(kernel, args, ctx);
+  ctx.memory = nullptr;
+  *overflow = memory.overflow.load();
+  return true;
+}
+
 }  // namespace
 
 bool precheck_kernel(Check& c, const attngen_kernel_info* kernel, const attngen_kernel_args& args) {
@@ -269,18 +289,10 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
     return c.status();
   }
   CallContext ctx;
-  KernelMemory memory{KernelMemory::kWorkspace};
   int result;
+  bool overflow = false;
   if (scratch != nullptr && scratch->in_workspace()) {
-    KernelNeed need;
-    const int threads = thread_count();
-    if (!workspace_need(c, *kernel, args, &need) ||
-        !scratch->check_kernel(c, *kernel, need, threads)) {
-      return c.status();
-    }
-    scratch->area_for(need, threads, memory);
-    ctx.memory = &memory;
-    result = run_with_memory(*kernel, args, ctx);
+    if (!run_in_workspace(c, *scratch, *kernel, args, ctx, &result, &overflow)) return c.status();
   } else {
     const KernelRunScope running;  // Halide's thread pool stays as it is meanwhile
     result = kernel->run(&ctx, &args);
@@ -289,7 +301,7 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
     std::string msg = "kernel '" + std::string(kernel->name) + "' failed (Halide error " +
                       std::to_string(result) + ")";
     if (!ctx.halide_error.empty()) msg += ": " + ctx.halide_error;
-    if (ctx.memory != nullptr && memory.overflow.load()) {
+    if (overflow) {
       msg +=
           " (its scratch outgrew the workspace area measured for it; nothing came from the "
           "heap)";

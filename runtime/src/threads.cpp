@@ -65,34 +65,52 @@ namespace {
 
 class PoolGate {
  public:
+  // Kernel runs enter with one atomic step unless a resize or stop waits or holds the gate (the
+  // mutex only then): a planned call's cost above its kernel is a few hundred ns, and Halide's
+  // pool makes every ns of it count several times over (bench/RESULTS.md, "Plans for every op").
   void enter_shared() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return !exclusive_ && waiting_ == 0; });
-    ++running_;
+    for (;;) {
+      int state = state_.load(std::memory_order_relaxed);
+      while ((state & kClosed) == 0) {
+        if (state_.compare_exchange_weak(state, state + 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          return;
+        }
+      }
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return (state_.load(std::memory_order_relaxed) & kClosed) == 0; });
+    }
   }
   void leave_shared() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--running_ == 0) changed_.notify_all();
+    if (state_.fetch_sub(1, std::memory_order_release) == (kClosed | 1)) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the last run out wakes the waiting resize
+      changed_.notify_all();
+    }
   }
   template <typename F>
   void exclusive(F&& f) {
     std::unique_lock<std::mutex> lock(mutex_);
     ++waiting_;
-    changed_.wait(lock, [&] { return !exclusive_ && running_ == 0; });
+    state_.fetch_or(kClosed, std::memory_order_relaxed);  // no new run enters from here
+    changed_.wait(lock, [&] {
+      return !exclusive_ && (state_.load(std::memory_order_acquire) & ~kClosed) == 0;
+    });
     --waiting_;
     exclusive_ = true;
     lock.unlock();
     f();
     lock.lock();
     exclusive_ = false;
+    if (waiting_ == 0) state_.fetch_and(~kClosed, std::memory_order_release);
     changed_.notify_all();
   }
 
  private:
+  static constexpr int kClosed = 1 << 30;  // a resize or stop waits or runs
+  std::atomic<int> state_{0};              // kernels running, and kClosed
   std::mutex mutex_;
   std::condition_variable changed_;
-  int running_ = 0;  // kernels running
-  int waiting_ = 0;  // exclusive users waiting
+  int waiting_ = 0;  // exclusive users waiting (mutex_)
   bool exclusive_ = false;
 };
 

@@ -219,9 +219,10 @@ Overlap bytes_overlap(const attngen_tensor& a, const attngen_tensor& b) {
 }
 
 bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
-  const std::string name = spec.name;
-  if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + " is NULL");
-  if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name + ".data is NULL");
+  // (The name as a string only where a message is made: every call passes here.)
+  const auto name = [&] { return std::string(spec.name); };
+  if (t == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name() + " is NULL");
+  if (t->data == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, name() + ".data is NULL");
   const int32_t dtype = enum_value(t->dtype);  // any int a caller stored
   const bool floating = dtype == ATTNGEN_F32 || dtype == ATTNGEN_F16 || dtype == ATTNGEN_BF16;
   if (spec.floating ? !floating : dtype != spec.dtype && !(spec.or_f32 && dtype == ATTNGEN_F32)) {
@@ -229,18 +230,18 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
     if (spec.dtype_of != nullptr) expected += std::string(" (the dtype of ") + spec.dtype_of + ")";
     if (spec.or_f32 && spec.dtype != ATTNGEN_F32) expected += " or F32";
     return c.fail(ATTNGEN_ERROR_DTYPE,
-                  name + " has dtype " + dtype_name(dtype) + ", expected " + expected);
+                  name() + " has dtype " + dtype_name(dtype) + ", expected " + expected);
   }
   // Float elements are read as their type (by kernels and conversions): their address must be a
   // multiple of their size. (I32 tensors, kv_len and counts, are read by the runtime byte-wise.)
   if (floating && reinterpret_cast<uintptr_t>(t->data) % dtype_size(dtype) != 0) {
-    return c.fail(ATTNGEN_ERROR_STRIDE, name + ".data is not aligned to its element size (" +
+    return c.fail(ATTNGEN_ERROR_STRIDE, name() + ".data is not aligned to its element size (" +
                                             std::to_string(dtype_size(dtype)) + " bytes)");
   }
   if (t->rank != spec.rank) {
     std::string dims;
     for (int d = 0; d < spec.rank; ++d) dims += std::string(d ? ", " : "") + spec.dims[d];
-    return c.fail(ATTNGEN_ERROR_RANK, name + " has rank " + std::to_string(t->rank) +
+    return c.fail(ATTNGEN_ERROR_RANK, name() + " has rank " + std::to_string(t->rank) +
                                           ", expected " + std::to_string(spec.rank) + " [" + dims +
                                           "]");
   }
@@ -257,20 +258,20 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
                     dim_label(*t, spec, d) + " = " + std::to_string(n) + " exceeds 2^31 - 1");
     }
     if (s < 0) {
-      return c.fail(ATTNGEN_ERROR_STRIDE, name + ".strides[" + std::to_string(d) + "] is " +
+      return c.fail(ATTNGEN_ERROR_STRIDE, name() + ".strides[" + std::to_string(d) + "] is " +
                                               std::to_string(s) +
                                               ", negative strides are "
                                               "not supported");
     }
     if (s > kMaxIndex) {
-      return c.fail(ATTNGEN_ERROR_TOO_LARGE, name + ".strides[" + std::to_string(d) +
+      return c.fail(ATTNGEN_ERROR_TOO_LARGE, name() + ".strides[" + std::to_string(d) +
                                                  "] = " + std::to_string(s) + " exceeds 2^31 - 1");
     }
     if (last_byte <= kMaxIndex) last_byte += (n - 1) * s;  // saturates past 2^31: no overflow
   }
   const int inner = spec.rank - 1;
   if (t->shape[inner] > 1 && t->strides[inner] != 1) {
-    return c.fail(ATTNGEN_ERROR_STRIDE, name + ".strides[" + std::to_string(inner) + "] is " +
+    return c.fail(ATTNGEN_ERROR_STRIDE, name() + ".strides[" + std::to_string(inner) + "] is " +
                                             std::to_string(t->strides[inner]) +
                                             ", the innermost dimension must be contiguous (1)");
   }
@@ -278,7 +279,7 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
       last_byte > kMaxIndex ? last_byte : (last_byte + 1) * static_cast<int64_t>(dtype_size(dtype));
   if (bytes > kMaxIndex) {
     return c.fail(ATTNGEN_ERROR_TOO_LARGE,
-                  name + " spans more than 2^31 - 1 bytes, the most a kernel can address");
+                  name() + " spans more than 2^31 - 1 bytes, the most a kernel can address");
   }
   if (spec.output) {
     // Written elements must be distinct (exactly: a stride that interleaves dimensions without
@@ -286,13 +287,13 @@ bool check_tensor(Check& c, const attngen_tensor* t, const TensorSpec& spec) {
     const Overlap overlap = self_overlap(spec.rank, t->shape, t->strides);
     if (overlap == Overlap::kOverlap) {
       return c.fail(ATTNGEN_ERROR_STRIDE,
-                    name +
+                    name() +
                         "'s strides make two of its elements overlap (share memory); "
                         "outputs need distinct elements");
     }
     if (overlap == Overlap::kUnknown) {
       return c.fail(ATTNGEN_ERROR_STRIDE,
-                    name +
+                    name() +
                         "'s strides interleave its dimensions in a way too large to check "
                         "that its elements are distinct; use strides where each dimension "
                         "steps over the extent of the smaller-strided ones");
