@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attngen needs, only those missing. Safe to run repeatedly.
+# --bench adds those only bench/ scripts use (never the build or the tests).
 set -euo pipefail
 packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev libopenblas-dev
           clang-format libpng-dev nlohmann-json3-dev
@@ -7,6 +8,11 @@ packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev 
           g++-arm-linux-gnueabihf  # the 32-bit ARM (armv7) cross build, tested under qemu-arm
           clang libclang-rt-14-dev  # the fuzzer (libFuzzer, tools/fuzz.sh)
           pocl-opencl-icd ocl-icd-opencl-dev)  # the GPU schedules checked on a CPU (gpu-opencl)
+if [ "${1:-}" = "--bench" ]; then
+  # llvm-mca for bench/arm_loops.py --mca: Debian 12's newest LLVM, whose Neoverse-V1 and
+  # Neoverse-N1 models have the FMA rates of Arm's optimization guides (LLVM 14's have not).
+  packages+=(llvm-19)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
