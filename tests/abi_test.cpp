@@ -30,6 +30,11 @@ TEST(Abi, EveryDefaultSetsStructSize) {
   EXPECT_EQ(attngen_kv_cache_options_default().struct_size, sizeof(attngen_kv_cache_options));
   EXPECT_EQ(attngen_decode_options_default().struct_size, sizeof(attngen_decode_options));
   EXPECT_EQ(attngen_mha_decode_options_default().struct_size, sizeof(attngen_mha_decode_options));
+  // The plans' data structs follow the same rule.
+  EXPECT_EQ(attngen_attention_data_default().struct_size, sizeof(attngen_attention_data));
+  EXPECT_EQ(attngen_decode_data_default().struct_size, sizeof(attngen_decode_data));
+  EXPECT_EQ(attngen_linear_data_default().struct_size, sizeof(attngen_linear_data));
+  EXPECT_EQ(attngen_mha_data_default().struct_size, sizeof(attngen_mha_data));
 }
 
 class AbiOptions : public AttentionCall {};
@@ -134,6 +139,68 @@ TEST(AbiOtherOptions, ZeroStructSizeIsRefusedEverywhere) {
   EXPECT_NE(std::string(attngen_last_error()).find("options.struct_size"), std::string::npos);
   for (float x : out) ASSERT_EQ(x, -7.0f) << "an MHA call wrote its output on error";
   attngen_kv_cache_destroy(cache);
+}
+
+// A plan's data struct is read by the same rule: struct_size 0 is refused, a larger struct whose
+// extra bytes are 0 runs, one with an extra byte set is refused; refused runs write nothing.
+template <typename Data>
+struct LaterData {
+  Data known;
+  uint64_t added[2];
+};
+
+template <typename Data, typename Run>
+void expect_data_read_by_the_rule(const Data& data, Run run, std::vector<float>& out) {
+  std::fill(out.begin(), out.end(), -7.0f);
+  Data zero = data;
+  zero.struct_size = 0;
+  EXPECT_EQ(run(&zero), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attngen_last_error()).find("data.struct_size"), std::string::npos)
+      << attngen_last_error();
+  LaterData<Data> later{};
+  later.known = data;
+  later.known.struct_size = sizeof later;
+  later.added[1] = 1;  // a field this library does not know
+  EXPECT_EQ(run(&later.known), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  for (float x : out) ASSERT_EQ(x, -7.0f) << "a refused run wrote its output";
+  later.added[1] = 0;
+  EXPECT_EQ(run(&later.known), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_NE(out[0], -7.0f);
+}
+
+TEST(AbiPlanData, LinearAndMhaDataAreReadByTheRule) {
+  std::vector<float> x(2 * 64, 0.25f), w(3 * 64 * 64, 0.01f), out(2 * 64);
+  const int64_t xs[] = {1, 2, 64}, ws[] = {64, 64}, in_ws[] = {3 * 64, 64};
+  attngen_tensor tx = attngen_tensor_contiguous(x.data(), ATTNGEN_F32, 3, xs);
+  attngen_tensor ty = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 3, xs);
+  attngen_tensor tw = attngen_tensor_contiguous(w.data(), ATTNGEN_F32, 2, ws);
+  attngen_tensor tiw = attngen_tensor_contiguous(w.data(), ATTNGEN_F32, 2, in_ws);
+
+  attngen_linear_plan* lp = nullptr;
+  ASSERT_EQ(attngen_linear_plan_create(&tx, &tw, nullptr, &ty, &lp), ATTNGEN_OK)
+      << attngen_last_error();
+  attngen_linear_data ld = attngen_linear_data_default();
+  ld.x = x.data();
+  ld.w = w.data();
+  ld.y = out.data();
+  expect_data_read_by_the_rule(
+      ld, [&](const attngen_linear_data* d) { return attngen_linear_plan_run(lp, d); }, out);
+  attngen_linear_plan_destroy(lp);
+
+  attngen_mha_weights weights{&tiw, nullptr, &tw, nullptr};
+  attngen_mha_options opt = attngen_mha_options_default();
+  opt.num_heads = 1;
+  attngen_mha_plan* mp = nullptr;
+  ASSERT_EQ(attngen_mha_plan_create(&tx, &weights, &ty, &opt, &mp), ATTNGEN_OK)
+      << attngen_last_error();
+  attngen_mha_data md = attngen_mha_data_default();
+  md.x = x.data();
+  md.y = out.data();
+  md.in_proj_weight = w.data();
+  md.out_proj_weight = w.data();
+  expect_data_read_by_the_rule(
+      md, [&](const attngen_mha_data* d) { return attngen_mha_plan_run(mp, d); }, out);
+  attngen_mha_plan_destroy(mp);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -398,6 +399,481 @@ TEST(DecodePlan, WorkspaceSizeAndCacheShape) {
   EXPECT_EQ(attngen_decode_plan_run(plan.get(), cache.get(), 0, &d),
             ATTNGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(out.all_poison()) << "a refused run wrote its output";
+}
+
+}  // namespace
+}  // namespace attngen::test
+
+// Linear and MHA plans (attngen.h, "Linear and MHA plans"): runs equal attngen_linear() and
+// attngen_mha() on the same arguments bit for bit, over new data (new weights too: a run packs the
+// weights it is given) and two sets of buffers; the workspace figure is what a run takes; a
+// run's bad data is a named error with nothing written.
+namespace attngen::test {
+namespace {
+
+// The bits of every logical element of t (any element type), which must all have been written.
+template <typename T>
+std::vector<uint32_t> written_bits(const Tensor<T>& t) {
+  std::vector<uint32_t> bits;
+  t.for_each([&](const std::vector<int64_t>&, int64_t off) {
+    const T& x = t.buf[static_cast<size_t>(off)];
+    EXPECT_FALSE(ElementTraits<T>::is_poison(x)) << "an output element was not written";
+    uint32_t u = 0;
+    std::memcpy(&u, &x, sizeof x);
+    bits.push_back(u);
+  });
+  return bits;
+}
+
+template <typename T>
+void poison_all(Tensor<T>& t) {
+  std::fill(t.buf.begin(), t.buf.end(), ElementTraits<T>::poison());
+}
+
+// The plan's workspace figure against a run (`run` poisons the output, runs, and says whether
+// the output is untouched): at every start of the workspace a run in the figure's bytes succeeds
+// and one in a byte less fails; from a 64-byte boundary the figure less its alignment slack (63)
+// succeeds and a byte less fails. A failed run returns ATTNGEN_ERROR_WORKSPACE with its output
+// untouched; a run that fits gives `want`, bit for bit.
+template <typename Run, typename Outputs>
+void expect_plan_workspace(size_t bytes, Run run, Outputs outputs,
+                           const std::vector<uint32_t>& want) {
+  ASSERT_GT(bytes, size_t{64});
+  const struct {
+    size_t bytes, misalign;
+    bool fits;
+  } cases[] = {
+      {bytes, 1, true}, {bytes - 1, 1, false}, {bytes - 63, 0, true}, {bytes - 64, 0, false}};
+  for (const auto& w : cases) {
+    SCOPED_TRACE("workspace of " + std::to_string(w.bytes) + " bytes at 64k + " +
+                 std::to_string(w.misalign));
+    void* raw = std::malloc(w.bytes + 128);
+    ASSERT_NE(raw, nullptr);
+    char* p =
+        reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64) + w.misalign;
+    ASSERT_EQ(attngen_set_workspace(p, w.bytes), ATTNGEN_OK);
+    bool untouched = false;
+    const attngen_status st = run(&untouched);
+    attngen_set_workspace(nullptr, 0);
+    std::free(raw);
+    if (w.fits) {
+      EXPECT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+      if (st == ATTNGEN_OK) {
+        EXPECT_EQ(outputs(), want) << "the run in a workspace differs";
+      }
+    } else {
+      EXPECT_EQ(st, ATTNGEN_ERROR_WORKSPACE)
+          << attngen_status_name(st) << ": " << attngen_last_error();
+      EXPECT_TRUE(untouched) << "a run that did not fit its workspace wrote its output";
+    }
+  }
+}
+
+// The error `want` with a message containing `needle`.
+void expect_status(attngen_status st, attngen_status want, const std::string& needle) {
+  EXPECT_EQ(st, want) << attngen_status_name(st) << ": " << attngen_last_error();
+  EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+      << "expected '" << needle << "' in: " << attngen_last_error();
+}
+
+struct LinearPlanDeleter {
+  void operator()(attngen_linear_plan* p) const { attngen_linear_plan_destroy(p); }
+};
+using LinearPlan = std::unique_ptr<attngen_linear_plan, LinearPlanDeleter>;
+
+struct MhaPlanDeleter {
+  void operator()(attngen_mha_plan* p) const { attngen_mha_plan_destroy(p); }
+};
+using MhaPlan = std::unique_ptr<attngen_mha_plan, MhaPlanDeleter>;
+
+// One linear configuration's tensors, of T's dtype: x [B, S, E], w [N, E], bias [N] or none,
+// y [B, S, N], non-innermost strides padded by `pad`.
+template <typename T>
+struct LinearCase {
+  Tensor<T> x, w, bias, y;
+  bool has_bias;
+
+  LinearCase(int64_t b, int64_t s, int64_t e, int64_t n, bool with_bias, int64_t pad)
+      : has_bias(with_bias) {
+    x.init({b, s, e}, pad);
+    w.init({n, e}, pad);
+    bias.init({n}, 0);
+    y.init({b, s, n}, pad);
+  }
+  LinearCase(const LinearCase&) = delete;  // its descriptions point into it
+  LinearCase& operator=(const LinearCase&) = delete;
+  void refill(std::mt19937_64& rng) {
+    x.fill_random(rng, -1, 1);
+    w.fill_random(rng, -1, 1);
+    bias.fill_random(rng, -1, 1);
+  }
+  const attngen_tensor* bias_t() const { return has_bias ? &bias.t : nullptr; }
+  attngen_status call() { return attngen_linear(&x.t, &w.t, bias_t(), &y.t); }
+  LinearPlan plan() {
+    attngen_linear_plan* p = nullptr;
+    const attngen_status st = attngen_linear_plan_create(&x.t, &w.t, bias_t(), &y.t, &p);
+    EXPECT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+    return LinearPlan(p);
+  }
+  attngen_linear_data data() const {
+    attngen_linear_data d = attngen_linear_data_default();
+    d.x = x.t.data;
+    d.w = w.t.data;
+    d.bias = has_bias ? bias.t.data : nullptr;
+    d.y = y.t.data;
+    return d;
+  }
+};
+
+// Runs of one plan over fresh data each (alternating between two sets of buffers), each against
+// the call on the same data; returns the plan's kernel.
+template <typename T>
+std::string linear_runs_equal_calls(int64_t b, int64_t s, int64_t e, int64_t n, bool with_bias,
+                                    int64_t pad) {
+  std::mt19937_64 rng(fresh_seed());
+  LinearCase<T> sets[2] = {{b, s, e, n, with_bias, pad}, {b, s, e, n, with_bias, pad}};
+  sets[0].refill(rng);
+  LinearPlan plan = sets[0].plan();
+  if (plan == nullptr) return "";
+  const std::string kernel = attngen_linear_plan_kernel(plan.get());
+  for (int run = 0; run < 4; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    LinearCase<T>& c = sets[run % 2];
+    c.refill(rng);
+    poison_all(c.y);
+    EXPECT_EQ(c.call(), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    const std::vector<uint32_t> want = written_bits(c.y);
+    poison_all(c.y);
+    const attngen_linear_data d = c.data();
+    EXPECT_EQ(attngen_linear_plan_run(plan.get(), &d), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    EXPECT_EQ(written_bits(c.y), want) << "the plan's run differs from the call";
+    EXPECT_EQ(c.y.gaps_written(), 0) << "the plan's run wrote between the output's rows";
+  }
+  return kernel;
+}
+
+TEST(LinearPlan, F32RunsEqualCalls) {
+  linear_runs_equal_calls<float>(2, 7, 96, 40, /*with_bias=*/true, 0);
+  linear_runs_equal_calls<float>(1, 5, 33, 17, /*with_bias=*/false, 3);  // strided views
+}
+
+TEST(LinearPlan, Bf16RunsEqualCalls) {
+  linear_runs_equal_calls<BFloat16>(2, 9, 64, 24, /*with_bias=*/true, 0);
+  linear_runs_equal_calls<BFloat16>(1, 3, 40, 8, /*with_bias=*/false, 2);
+}
+
+TEST(LinearPlan, F16RunsEqualCalls) {
+  linear_runs_equal_calls<Half>(1, 11, 48, 20, /*with_bias=*/true, 1);
+}
+
+TEST(LinearPlan, WorkspaceSizeIsWhatARunTakes) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "bias" : "no bias");
+    std::mt19937_64 rng(fresh_seed());
+    LinearCase<float> c(2, 13, 96, 40, with_bias, 0);
+    c.refill(rng);
+    LinearPlan plan = c.plan();
+    ASSERT_NE(plan, nullptr);
+    size_t bytes = 0;
+    ASSERT_EQ(attngen_linear_plan_workspace_size(plan.get(), &bytes), ATTNGEN_OK)
+        << attngen_last_error();
+    poison_all(c.y);
+    ASSERT_EQ(c.call(), ATTNGEN_OK) << attngen_last_error();
+    const std::vector<uint32_t> want = written_bits(c.y);
+    const attngen_linear_data d = c.data();
+    expect_plan_workspace(
+        bytes,
+        [&](bool* untouched) {
+          poison_all(c.y);
+          const attngen_status st = attngen_linear_plan_run(plan.get(), &d);
+          *untouched = c.y.all_poison();
+          return st;
+        },
+        [&] { return written_bits(c.y); }, want);
+  }
+}
+
+TEST(LinearPlan, CreationErrorsAreTheCalls) {
+  LinearCase<float> c(1, 4, 32, 8, true, 0);
+  c.w.init({8, 31}, 0);  // E of w is not E of x
+  attngen_linear_plan* p = reinterpret_cast<attngen_linear_plan*>(&c);
+  EXPECT_EQ(attngen_linear_plan_create(&c.x.t, &c.w.t, &c.bias.t, &c.y.t, &p), ATTNGEN_ERROR_SHAPE);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(c.call(), ATTNGEN_ERROR_SHAPE);
+  EXPECT_EQ(attngen_linear_plan_create(&c.x.t, &c.w.t, &c.bias.t, &c.y.t, nullptr),
+            ATTNGEN_ERROR_NULL_POINTER);
+  size_t bytes = 7;
+  EXPECT_EQ(attngen_linear_plan_workspace_size(nullptr, &bytes), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(bytes, 7u);
+  EXPECT_STREQ(attngen_linear_plan_kernel(nullptr), "");
+  attngen_linear_plan_destroy(nullptr);
+}
+
+TEST(LinearPlan, BadRunDataIsANamedErrorWithNothingWritten) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "plan with a bias" : "plan without a bias");
+    std::mt19937_64 rng(fresh_seed());
+    LinearCase<float> c(1, 6, 32, 16, with_bias, 0);
+    c.refill(rng);
+    LinearPlan plan = c.plan();
+    ASSERT_NE(plan, nullptr);
+    const auto expect_refused = [&](const attngen_linear_data& d, attngen_status want,
+                                    const std::string& needle) {
+      poison_all(c.y);
+      expect_status(attngen_linear_plan_run(plan.get(), &d), want, needle);
+      EXPECT_TRUE(c.y.all_poison()) << "a refused run wrote its output";
+    };
+    attngen_linear_data d = c.data();
+    d.x = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "x.data");
+    d = c.data();
+    d.w = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "w.data");
+    d = c.data();
+    d.y = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "y.data");
+    d = c.data();
+    if (with_bias) {
+      d.bias = nullptr;  // the plan's call had a bias
+      expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "bias.data");
+    } else {
+      d.bias = c.bias.t.data;  // the plan's call had none
+      expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.bias");
+    }
+    d = c.data();
+    d.w = reinterpret_cast<const char*>(d.w) + 2;  // not aligned to its f32 elements
+    expect_refused(d, ATTNGEN_ERROR_STRIDE, "w");
+    d = c.data();
+    d.y = const_cast<void*>(d.x);  // the output over an input
+    expect_refused(d, ATTNGEN_ERROR_ALIAS, "y");
+    d = c.data();
+    d.struct_size = 0;
+    expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.struct_size");
+    poison_all(c.y);
+    EXPECT_EQ(attngen_linear_plan_run(plan.get(), nullptr), ATTNGEN_ERROR_NULL_POINTER);
+    d = c.data();
+    EXPECT_EQ(attngen_linear_plan_run(nullptr, &d), ATTNGEN_ERROR_NULL_POINTER);
+    EXPECT_TRUE(c.y.all_poison()) << "a refused run wrote its output";
+  }
+}
+
+struct MhaShape {
+  int64_t batch, seq, embed, heads;
+  bool in_bias, out_bias, padding;
+  attngen_mask_kind mask;
+};
+
+// One MHA configuration's tensors, of T's dtype: x and y [B, S, E], the weights of an
+// nn.MultiheadAttention (each bias optional), key padding optional.
+template <typename T>
+struct MhaCase {
+  Tensor<T> x, y, in_w, in_b, out_w, out_b;
+  bool has_in_b, has_out_b;
+  std::vector<int32_t> kv_len_buf;
+  attngen_tensor kv_len{};
+  attngen_mha_weights weights{};
+  attngen_mha_options opt = attngen_mha_options_default();
+
+  explicit MhaCase(const MhaShape& m) : has_in_b(m.in_bias), has_out_b(m.out_bias) {
+    x.init({m.batch, m.seq, m.embed}, 0);
+    y.init({m.batch, m.seq, m.embed}, 0);
+    in_w.init({3 * m.embed, m.embed}, 0);
+    in_b.init({3 * m.embed}, 0);
+    out_w.init({m.embed, m.embed}, 0);
+    out_b.init({m.embed}, 0);
+    weights = {&in_w.t, has_in_b ? &in_b.t : nullptr, &out_w.t, has_out_b ? &out_b.t : nullptr};
+    opt.num_heads = m.heads;
+    opt.mask = m.mask;
+    if (m.padding) {
+      kv_len_buf.resize(static_cast<size_t>(m.batch));
+      kv_len = attngen_tensor_contiguous(kv_len_buf.data(), ATTNGEN_I32, 1, &m.batch);
+      opt.kv_len = &kv_len;
+    }
+  }
+  MhaCase(const MhaCase&) = delete;  // its descriptions point into it
+  MhaCase& operator=(const MhaCase&) = delete;
+
+  // New inputs, weights and key lengths (1 to S).
+  void refill(std::mt19937_64& rng) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(x.t.shape[2]));
+    x.fill_random(rng, -1, 1);
+    in_w.fill_random(rng, -bound, bound);
+    in_b.fill_random(rng, -0.1, 0.1);
+    out_w.fill_random(rng, -bound, bound);
+    out_b.fill_random(rng, -0.1, 0.1);
+    std::uniform_int_distribution<int32_t> len(1, static_cast<int32_t>(x.t.shape[1]));
+    for (int32_t& l : kv_len_buf) l = len(rng);
+  }
+  attngen_status call() { return attngen_mha(&x.t, &weights, &y.t, &opt); }
+  MhaPlan plan() {
+    attngen_mha_plan* p = nullptr;
+    const attngen_status st = attngen_mha_plan_create(&x.t, &weights, &y.t, &opt, &p);
+    EXPECT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
+    return MhaPlan(p);
+  }
+  attngen_mha_data data() const {
+    attngen_mha_data d = attngen_mha_data_default();
+    d.x = x.t.data;
+    d.y = y.t.data;
+    d.in_proj_weight = in_w.t.data;
+    d.in_proj_bias = has_in_b ? in_b.t.data : nullptr;
+    d.out_proj_weight = out_w.t.data;
+    d.out_proj_bias = has_out_b ? out_b.t.data : nullptr;
+    d.kv_len = opt.kv_len != nullptr ? kv_len.data : nullptr;
+    return d;
+  }
+};
+
+template <typename T>
+std::string mha_runs_equal_calls(const MhaShape& m) {
+  std::mt19937_64 rng(fresh_seed());
+  MhaCase<T> sets[2] = {MhaCase<T>(m), MhaCase<T>(m)};
+  sets[0].refill(rng);
+  MhaPlan plan = sets[0].plan();
+  if (plan == nullptr) return "";
+  const std::string kernel = attngen_mha_plan_kernel(plan.get());
+  for (int run = 0; run < 4; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    MhaCase<T>& c = sets[run % 2];
+    c.refill(rng);
+    poison_all(c.y);
+    EXPECT_EQ(c.call(), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    const std::vector<uint32_t> want = written_bits(c.y);
+    poison_all(c.y);
+    const attngen_mha_data d = c.data();
+    EXPECT_EQ(attngen_mha_plan_run(plan.get(), &d), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(kernel, attngen_last_kernel());
+    EXPECT_EQ(written_bits(c.y), want) << "the plan's run differs from the call";
+  }
+  return kernel;
+}
+
+TEST(MhaPlan, F32WithBiasesCausalAndPaddingRunsEqualCalls) {
+  mha_runs_equal_calls<float>({2, 21, 128, 2, true, true, true, ATTNGEN_MASK_CAUSAL});
+}
+
+TEST(MhaPlan, F32WithoutBiasesRunsEqualCalls) {
+  mha_runs_equal_calls<float>({1, 9, 64, 1, false, false, false, ATTNGEN_MASK_NONE});
+  mha_runs_equal_calls<float>({2, 7, 96, 3, false, true, false, ATTNGEN_MASK_CAUSAL});
+}
+
+// Head dim 256: no bf16 MHA kernel takes it, so an F32 kernel runs through the conversion.
+TEST(MhaPlan, ConvertedCallRunsEqualCalls) {
+  const std::string kernel =
+      mha_runs_equal_calls<BFloat16>({1, 6, 256, 1, true, false, true, ATTNGEN_MASK_CAUSAL});
+  RecordProperty("kernel", kernel);
+  mha_runs_equal_calls<Half>({2, 5, 128, 2, true, true, false, ATTNGEN_MASK_NONE});
+}
+
+TEST(MhaPlan, WorkspaceSizeIsWhatARunTakes) {
+  std::mt19937_64 rng(fresh_seed());
+  MhaCase<float> c({2, 17, 128, 2, true, true, true, ATTNGEN_MASK_CAUSAL});
+  c.refill(rng);
+  MhaPlan plan = c.plan();
+  ASSERT_NE(plan, nullptr);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_mha_plan_workspace_size(plan.get(), &bytes), ATTNGEN_OK)
+      << attngen_last_error();
+  poison_all(c.y);
+  ASSERT_EQ(c.call(), ATTNGEN_OK) << attngen_last_error();
+  const std::vector<uint32_t> want = written_bits(c.y);
+  const attngen_mha_data d = c.data();
+  expect_plan_workspace(
+      bytes,
+      [&](bool* untouched) {
+        poison_all(c.y);
+        const attngen_status st = attngen_mha_plan_run(plan.get(), &d);
+        *untouched = c.y.all_poison();
+        return st;
+      },
+      [&] { return written_bits(c.y); }, want);
+}
+
+TEST(MhaPlan, CreationErrorsAreTheCalls) {
+  MhaCase<float> c({1, 4, 64, 3, true, true, false, ATTNGEN_MASK_NONE});  // 3 heads, E 64
+  attngen_mha_plan* p = reinterpret_cast<attngen_mha_plan*>(&c);
+  EXPECT_EQ(attngen_mha_plan_create(&c.x.t, &c.weights, &c.y.t, &c.opt, &p), ATTNGEN_ERROR_HEADS);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(c.call(), ATTNGEN_ERROR_HEADS);
+  p = reinterpret_cast<attngen_mha_plan*>(&c);
+  EXPECT_EQ(attngen_mha_plan_create(&c.x.t, nullptr, &c.y.t, &c.opt, &p),
+            ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(p, nullptr);
+  c.opt.num_heads = 2;
+  EXPECT_EQ(attngen_mha_plan_create(&c.x.t, &c.weights, &c.y.t, &c.opt, nullptr),
+            ATTNGEN_ERROR_NULL_POINTER);
+  size_t bytes = 7;
+  EXPECT_EQ(attngen_mha_plan_workspace_size(nullptr, &bytes), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(bytes, 7u);
+  EXPECT_STREQ(attngen_mha_plan_kernel(nullptr), "");
+  attngen_mha_plan_destroy(nullptr);
+}
+
+TEST(MhaPlan, BadRunDataIsANamedErrorWithNothingWritten) {
+  for (bool biases : {true, false}) {
+    SCOPED_TRACE(biases ? "plan with biases and key padding" : "plan without them");
+    std::mt19937_64 rng(fresh_seed());
+    MhaCase<float> c({2, 5, 64, 2, biases, biases, biases, ATTNGEN_MASK_CAUSAL});
+    c.refill(rng);
+    MhaPlan plan = c.plan();
+    ASSERT_NE(plan, nullptr);
+    const auto expect_refused = [&](const attngen_mha_data& d, attngen_status want,
+                                    const std::string& needle) {
+      poison_all(c.y);
+      expect_status(attngen_mha_plan_run(plan.get(), &d), want, needle);
+      EXPECT_TRUE(c.y.all_poison()) << "a refused run wrote its output";
+    };
+    attngen_mha_data d = c.data();
+    d.x = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "x.data");
+    d = c.data();
+    d.in_proj_weight = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "in_proj_weight.data");
+    d = c.data();
+    d.out_proj_weight = nullptr;
+    expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "out_proj_weight.data");
+    if (biases) {  // tensors the plan's call had, left NULL
+      d = c.data();
+      d.in_proj_bias = nullptr;
+      expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "in_proj_bias.data");
+      d = c.data();
+      d.out_proj_bias = nullptr;
+      expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "out_proj_bias.data");
+      d = c.data();
+      d.kv_len = nullptr;
+      expect_refused(d, ATTNGEN_ERROR_NULL_POINTER, "kv_len.data");
+      c.kv_len_buf[1] = 6;  // past S = 5: a value checked at each run
+      expect_refused(c.data(), ATTNGEN_ERROR_INVALID_ARGUMENT, "kv_len[1]");
+      c.kv_len_buf[1] = 5;
+    } else {  // tensors the plan's call had not, given
+      d = c.data();
+      d.in_proj_bias = c.in_b.t.data;
+      expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.in_proj_bias");
+      d = c.data();
+      d.out_proj_bias = c.out_b.t.data;
+      expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.out_proj_bias");
+      d = c.data();
+      d.kv_len = c.x.t.data;
+      expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.kv_len");
+    }
+    d = c.data();
+    d.x = reinterpret_cast<const char*>(d.x) + 1;  // not aligned to its f32 elements
+    expect_refused(d, ATTNGEN_ERROR_STRIDE, "x");
+    d = c.data();
+    d.y = const_cast<void*>(d.out_proj_weight);  // the output over a weight
+    expect_refused(d, ATTNGEN_ERROR_ALIAS, "y");
+    d = c.data();
+    d.struct_size = 0;
+    expect_refused(d, ATTNGEN_ERROR_INVALID_ARGUMENT, "data.struct_size");
+    poison_all(c.y);
+    EXPECT_EQ(attngen_mha_plan_run(plan.get(), nullptr), ATTNGEN_ERROR_NULL_POINTER);
+    d = c.data();
+    EXPECT_EQ(attngen_mha_plan_run(nullptr, &d), ATTNGEN_ERROR_NULL_POINTER);
+    EXPECT_TRUE(c.y.all_poison()) << "a refused run wrote its output";
+  }
 }
 
 }  // namespace

@@ -628,9 +628,9 @@ attngen_status finish_size(const Check& c, const CallScratch& scratch, size_t* b
   return finish(c, kernel);
 }
 
-// What validation and kernel selection decided for an attention call: its kernel, and whether
-// the call's F16 / BF16 tensors are staged in F32 for it. An attention plan keeps one.
-struct AttentionChoice {
+// What validation and kernel selection decided for an attention, linear or MHA call: its kernel,
+// and whether the call's F16 / BF16 tensors are staged in F32 for it. A plan keeps one.
+struct KernelChoice {
   const attngen_kernel_info* kernel = nullptr;
   bool convert = false;
 };
@@ -638,7 +638,7 @@ struct AttentionChoice {
 // Validates a call (options read by the ABI rule) and chooses its kernel; false, c saying why,
 // on bad input or no kernel.
 bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
-                       const attngen_attention_options* options, AttentionChoice* choice) {
+                       const attngen_attention_options* options, KernelChoice* choice) {
   if (!read_options(c, options, "options", &call.opt) || !validate_attention(c, scratch, call)) {
     return false;
   }
@@ -648,7 +648,7 @@ bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
 
 // Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing).
 void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
-                       const AttentionChoice& choice) {
+                       const KernelChoice& choice) {
   F32Staging staging;
   attngen_tensor q32, k32, v32, out32;
   if (choice.convert) {
@@ -677,80 +677,135 @@ attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_t
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
   AttentionCall call{q, k, v, out, attngen_attention_options_default()};
-  AttentionChoice choice;
+  KernelChoice choice;
   if (!prepare_attention(c, scratch, call, options, &choice)) return finish(c, nullptr);
   execute_attention(c, scratch, call, choice);
   if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
   return finish(c, choice.kernel);
 }
 
-attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tensor* w,
-                      const attngen_tensor* bias, attngen_tensor* y, size_t* bytes) {
-  Check c;
-  CallScratch scratch(mode);
-  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+// One linear call: x [B, S, E], w [N, E], bias [N] or NULL, y [B, S, N].
+struct LinearCall {
+  const attngen_tensor *x, *w, *bias;
+  attngen_tensor* y;
+};
+
+// Checks every tensor of a call; nothing is written. All of x's dtype (F32, F16 or BF16).
+bool validate_linear(Check& c, const LinearCall& call) {
+  const attngen_tensor *x = call.x, *w = call.w, *bias = call.bias, *y = call.y;
   const TensorSpec xs{"x", ATTNGEN_F32, 3, kRowsDims, false, /*floating=*/true};
-  if (!check_tensor(c, x, xs)) return finish(c, nullptr);
+  if (!check_tensor(c, x, xs)) return false;
   const attngen_dtype dt = x->dtype;  // of every tensor of the call
   const TensorSpec ws{"w", dt, 2, kLinearWDims, false, false, "x"};
   const TensorSpec bs{"bias", dt, 1, kBiasDims, false, false, "x"};
   const TensorSpec ys{"y", dt, 3, kLinearOutDims, /*output=*/true, false, "x"};
   if (!check_tensor(c, w, ws) || (bias != nullptr && !check_tensor(c, bias, bs)) ||
       !check_tensor(c, y, ys)) {
-    return finish(c, nullptr);
+    return false;
   }
   const int64_t n = w->shape[0];
-  if (!check_dim(c, *w, ws, 1, x->shape[2], "E of x") ||
-      (bias != nullptr && !check_dim(c, *bias, bs, 0, n, "N of w")) ||
-      !check_dim(c, *y, ys, 0, x->shape[0], "B of x") ||
-      !check_dim(c, *y, ys, 1, x->shape[1], "S of x") || !check_dim(c, *y, ys, 2, n, "N of w") ||
-      !check_no_alias(c, *y, "y", *x, "x") || !check_no_alias(c, *y, "y", *w, "w") ||
-      (bias != nullptr && !check_no_alias(c, *y, "y", *bias, "bias"))) {
-    return finish(c, nullptr);
-  }
-  bool convert = false;
-  const attngen_kernel_info* kernel =
-      select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, dt), nullptr, &convert);
-  if (kernel == nullptr) return finish(c, nullptr);
-  CallerWeights weights(w, bias, "bias");
-  attngen_tensor x32 = *x, w32{}, b32{}, y32 = *y;
-  F32Staging staging;
-  if ((convert && (!staging.input(c, *x, "x", &x32) || !staging.output(c, *y, "y", &y32))) ||
-      !weights.packed(c, scratch, 0, kernel->weight_panel, &w32) ||
-      !weights.bias(c, scratch, 0, convert ? ATTNGEN_F32 : dt, &b32)) {
-    return finish(c, nullptr);
-  }
-  if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
-  return finish(c, kernel);
+  return check_dim(c, *w, ws, 1, x->shape[2], "E of x") &&
+         (bias == nullptr || check_dim(c, *bias, bs, 0, n, "N of w")) &&
+         check_dim(c, *y, ys, 0, x->shape[0], "B of x") &&
+         check_dim(c, *y, ys, 1, x->shape[1], "S of x") && check_dim(c, *y, ys, 2, n, "N of w") &&
+         check_no_alias(c, *y, "y", *x, "x") && check_no_alias(c, *y, "y", *w, "w") &&
+         (bias == nullptr || check_no_alias(c, *y, "y", *bias, "bias"));
 }
 
-// The MHA forward of a call's or a layer's weights, its tensors validated: x and y [B, S, E]
-// of the weights' dtype, num_heads dividing E.
-attngen_status run_mha(Check& c, CallScratch& scratch, CallMode mode, const attngen_tensor* x,
-                       LayerWeights& weights, attngen_tensor* y, const attngen_mha_options& options,
-                       size_t* bytes) {
-  if (!check_enums(c, options.mask, options.alignment)) return finish(c, nullptr);
-  const int64_t batch = x->shape[0], seq = x->shape[1], embed = x->shape[2];
-  int32_t* kv_len = nullptr;
-  if (!prepare_kv_len(c, scratch, options.kv_len, batch, seq, &kv_len)) return finish(c, nullptr);
+// Validates a call and chooses its kernel; false, c saying why, on bad input or no kernel.
+bool prepare_linear(Check& c, const LinearCall& call, KernelChoice* choice) {
+  if (!validate_linear(c, call)) return false;
+  choice->kernel = select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, call.x->dtype), nullptr,
+                                     &choice->convert);
+  return choice->kernel != nullptr;
+}
 
-  KernelQuery query = layer_query(ATTNGEN_OP_MHA, x->dtype);
-  query.head_dim_qk = query.head_dim_v = static_cast<int>(embed / options.num_heads);
-  query.mask = options.mask;
-  bool convert = false;
-  const attngen_kernel_info* kernel = select_or_convert(c, query, options.kernel, &convert);
-  if (kernel == nullptr) return finish(c, nullptr);
+// Runs a validated call on its chosen kernel, packing its weights into the call's scratch (in
+// kSize: measures it, writing nothing).
+void execute_linear(Check& c, CallScratch& scratch, const LinearCall& call,
+                    const KernelChoice& choice) {
+  const attngen_kernel_info* kernel = choice.kernel;
+  CallerWeights weights(call.w, call.bias, "bias");
+  attngen_tensor x32 = *call.x, w32{}, b32{}, y32 = *call.y;
+  F32Staging staging;
+  if ((choice.convert &&
+       (!staging.input(c, *call.x, "x", &x32) || !staging.output(c, *call.y, "y", &y32))) ||
+      !weights.packed(c, scratch, 0, kernel->weight_panel, &w32) ||
+      !weights.bias(c, scratch, 0, choice.convert ? ATTNGEN_F32 : call.x->dtype, &b32)) {
+    return;
+  }
+  if (run_linear(c, kernel, x32, w32, b32, y32) == ATTNGEN_OK) staging.commit();
+}
 
+// attngen_linear() and its size query (mode kSize: nothing written, *bytes the workspace).
+attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tensor* w,
+                      const attngen_tensor* bias, attngen_tensor* y, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  const LinearCall call{x, w, bias, y};
+  KernelChoice choice;
+  if (!prepare_linear(c, call, &choice)) return finish(c, nullptr);
+  execute_linear(c, scratch, call, choice);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
+  return finish(c, choice.kernel);
+}
+
+// One MHA forward of a call's or a layer's weights: x and y [B, S, E] of the weights' dtype
+// (validated by check_mha_layer() or check_layer_call()), its options, and its key padding.
+struct MhaCall {
+  const attngen_tensor* x;
+  attngen_tensor* y;
+  attngen_mha_options opt;
+  int32_t* kv_len = nullptr;  // [B], from the call's scratch
+};
+
+// Checks the options' enums and key padding (into call.kv_len); nothing is written.
+bool validate_mha_options(Check& c, CallScratch& scratch, MhaCall& call) {
+  return check_enums(c, call.opt.mask, call.opt.alignment) &&
+         prepare_kv_len(c, scratch, call.opt.kv_len, call.x->shape[0], call.x->shape[1],
+                        &call.kv_len);
+}
+
+// Validates a call's options and chooses its kernel; false, c saying why, on bad input or no
+// kernel.
+bool prepare_mha(Check& c, CallScratch& scratch, MhaCall& call, KernelChoice* choice) {
+  if (!validate_mha_options(c, scratch, call)) return false;
+  KernelQuery query = layer_query(ATTNGEN_OP_MHA, call.x->dtype);
+  query.head_dim_qk = query.head_dim_v = static_cast<int>(call.x->shape[2] / call.opt.num_heads);
+  query.mask = call.opt.mask;
+  choice->kernel = select_or_convert(c, query, call.opt.kernel, &choice->convert);
+  return choice->kernel != nullptr;
+}
+
+// attngen_mha()'s arguments (weights and options given, options read by the ABI rule, every
+// tensor checked) and its kernel; false, c saying why, on bad input or no kernel.
+bool prepare_caller_mha(Check& c, CallScratch& scratch, const attngen_mha_weights* weights,
+                        const attngen_mha_options* options, MhaCall& call, KernelChoice* choice) {
+  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
+  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
+  return c.ok() && read_options(c, options, "options", &call.opt) &&
+         check_mha_layer(c, call.x, *weights, call.y, call.opt.num_heads, "S",
+                         /*floating=*/true) &&
+         prepare_mha(c, scratch, call, choice);
+}
+
+// Runs a validated call on its chosen kernel with the weights packed for it (in kSize: measures
+// it, writing nothing).
+void execute_mha(Check& c, CallScratch& scratch, const MhaCall& call, LayerWeights& weights,
+                 const KernelChoice& choice) {
+  const attngen_kernel_info* kernel = choice.kernel;
+  const attngen_tensor *x = call.x, *y = call.y;
+  const int64_t batch = x->shape[0], seq = x->shape[1];
   // The biases in the kernel's dtype (zeros where absent), the weights packed for it.
-  const attngen_dtype dt = convert ? ATTNGEN_F32 : x->dtype;
+  const attngen_dtype dt = choice.convert ? ATTNGEN_F32 : x->dtype;
   attngen_tensor x32 = *x, iw{}, ow{}, ib{}, ob{}, y32 = *y;
   F32Staging staging;
-  if ((convert && (!staging.input(c, *x, "x", &x32) || !staging.output(c, *y, "y", &y32))) ||
+  if ((choice.convert && (!staging.input(c, *x, "x", &x32) || !staging.output(c, *y, "y", &y32))) ||
       !weights.packed(c, scratch, 0, kernel->weight_panel, &iw) ||
       !weights.packed(c, scratch, 1, kernel->weight_panel, &ow) ||
       !weights.bias(c, scratch, 0, dt, &ib) || !weights.bias(c, scratch, 1, dt, &ob)) {
-    return finish(c, nullptr);
+    return;
   }
   HalideView hx, hiw, hib, how, hob, hl, hy;
   make_view(hx, x32);
@@ -759,7 +814,7 @@ attngen_status run_mha(Check& c, CallScratch& scratch, CallMode mode, const attn
   make_view(how, ow);
   make_view(hob, ob);
   make_view(hy, y32);
-  make_view(hl, attngen_tensor_contiguous(kv_len, ATTNGEN_I32, 1, &batch));
+  make_view(hl, attngen_tensor_contiguous(call.kv_len, ATTNGEN_I32, 1, &batch));
   attngen_kernel_args args{};
   args.x = &hx.buf;
   args.w = &hiw.buf;
@@ -767,30 +822,34 @@ attngen_status run_mha(Check& c, CallScratch& scratch, CallMode mode, const attn
   args.w2 = &how.buf;
   args.bias2 = &hob.buf;
   args.kv_len = &hl.buf;
-  args.bottom_right = needs_bottom_right(options.alignment, seq, kv_len, batch);
-  args.causal = options.mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
-  args.num_heads = static_cast<int32_t>(options.num_heads);
+  args.bottom_right = needs_bottom_right(call.opt.alignment, seq, call.kv_len, batch);
+  args.causal = call.opt.mask == ATTNGEN_MASK_CAUSAL;  // generic kernels
+  args.num_heads = static_cast<int32_t>(call.opt.num_heads);
   args.out = &hy.buf;
   if (run_kernel(c, kernel, args) == ATTNGEN_OK) staging.commit();
-  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, kernel);
-  return finish(c, kernel);
 }
 
+// The caller's weights of an attngen_mha() call, packed into its scratch.
+CallerWeights caller_weights(const attngen_mha_weights& w) {
+  return CallerWeights(w.in_proj_weight, w.in_proj_bias, "in_proj_bias", w.out_proj_weight,
+                       w.out_proj_bias);
+}
+
+// attngen_mha() and its size query.
 attngen_status mha(CallMode mode, const attngen_tensor* x, const attngen_mha_weights* weights,
                    attngen_tensor* y, const attngen_mha_options* options, size_t* bytes) {
   Check c;
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
-  if (weights == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "weights is NULL");
-  if (options == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL (num_heads)");
-  attngen_mha_options opt = attngen_mha_options_default();
-  if (!c.ok() || !read_options(c, options, "options", &opt)) return finish(c, nullptr);
-  if (!check_mha_layer(c, x, *weights, y, opt.num_heads, "S", /*floating=*/true)) {
+  MhaCall call{x, y, attngen_mha_options_default()};
+  KernelChoice choice;
+  if (!prepare_caller_mha(c, scratch, weights, options, call, &choice)) {
     return finish(c, nullptr);
   }
-  CallerWeights caller(weights->in_proj_weight, weights->in_proj_bias, "in_proj_bias",
-                       weights->out_proj_weight, weights->out_proj_bias);
-  return run_mha(c, scratch, mode, x, caller, y, opt, bytes);
+  CallerWeights caller = caller_weights(*weights);
+  execute_mha(c, scratch, call, caller, choice);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
+  return finish(c, choice.kernel);
 }
 
 // attngen_mha_layer_forward() and its size query.
@@ -799,13 +858,17 @@ attngen_status layer_forward(CallMode mode, attngen_mha_layer* layer, const attn
   Check c;
   CallScratch scratch(mode);
   if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
-  attngen_mha_options opt = attngen_mha_options_default();
-  if (!read_options(c, options, "options", &opt) ||
-      !check_layer_call(c, layer, x, y, "S", &opt.num_heads)) {
+  MhaCall call{x, y, attngen_mha_options_default()};
+  KernelChoice choice;
+  if (!read_options(c, options, "options", &call.opt) ||
+      !check_layer_call(c, layer, x, y, "S", &call.opt.num_heads) ||
+      !prepare_mha(c, scratch, call, &choice)) {
     return finish(c, nullptr);
   }
   LayerSource source(layer->layer);
-  return run_mha(c, scratch, mode, x, source, y, opt, bytes);
+  execute_mha(c, scratch, call, source, choice);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
+  return finish(c, choice.kernel);
 }
 
 // The descriptions an attention plan keeps: copies of the call's tensors (data pointers
@@ -889,6 +952,37 @@ struct AttentionDescriptions {
   }
 };
 
+// A plan's copy of a call's tensor description (data pointer cleared), or an empty one for NULL.
+attngen_tensor described(const attngen_tensor* t) {
+  attngen_tensor d{};
+  if (t != nullptr) d = *t;
+  d.data = nullptr;
+  return d;
+}
+
+// A plan's description over one run's data pointer.
+attngen_tensor over(const attngen_tensor& described, const void* data) {
+  attngen_tensor t = described;
+  t.data = const_cast<void*>(data);
+  return t;
+}
+
+// An optional input of a plan's call over one run's data: where the call had it, *run is its
+// description over `data` (which check_tensor() then checks) and *use points at it; where it had
+// none, *use is NULL, and `data` must be too (false, c naming data.<name>, otherwise).
+bool optional_over(Check& c, bool planned, const attngen_tensor& described, const void* data,
+                   const char* name, attngen_tensor* run, const attngen_tensor** use) {
+  *use = nullptr;
+  if (!planned) {
+    return data == nullptr ||
+           c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  std::string("data.") + name + " is set, but the plan's call has no " + name);
+  }
+  *run = over(described, data);
+  *use = run;
+  return true;
+}
+
 }  // namespace
 }  // namespace attngen::rt
 
@@ -917,7 +1011,7 @@ attngen_attention_data attngen_attention_data_default(void) {
 
 struct attngen_attention_plan {
   AttentionDescriptions described;
-  AttentionChoice choice;
+  KernelChoice choice;
   KernelNeed need;   // of the kernel's runs, measured when the plan was made
   size_t bytes = 0;  // the workspace a run needs
 };
@@ -937,7 +1031,7 @@ attngen_status attngen_attention_plan_create(const attngen_tensor* q, const attn
   CallScratch scratch(CallMode::kSize);
   AttentionCall call{q, k, v, const_cast<attngen_tensor*>(out),
                      attngen_attention_options_default()};
-  AttentionChoice choice;
+  KernelChoice choice;
   if (!prepare_attention(c, scratch, call, options, &choice)) return finish(c, nullptr);
   AttentionCall measured = call;  // execute_attention() points it at its F32 staging
   execute_attention(c, scratch, measured, choice);
@@ -987,6 +1081,193 @@ attngen_status attngen_attention_plan_run(const attngen_attention_plan* plan,
 }
 
 void attngen_attention_plan_destroy(attngen_attention_plan* plan) { delete plan; }
+
+attngen_linear_data attngen_linear_data_default(void) {
+  attngen_linear_data d{};
+  d.struct_size = sizeof d;
+  return d;
+}
+
+attngen_mha_data attngen_mha_data_default(void) {
+  attngen_mha_data d{};
+  d.struct_size = sizeof d;
+  return d;
+}
+
+}  // extern "C"
+
+struct attngen_linear_plan {
+  attngen_tensor x{}, w{}, bias{}, y{};  // descriptions, data pointers cleared
+  bool has_bias = false;
+  KernelChoice choice;
+  KernelNeed need;   // of the kernel's runs, measured when the plan was made
+  size_t bytes = 0;  // the workspace a run needs
+};
+
+// The weights' descriptions are kept, not their data: a run packs the weights it is given, as
+// attngen_mha() does (they may change between runs; attngen_mha_layer keeps them packed).
+struct attngen_mha_plan {
+  attngen_tensor x{}, y{}, in_w{}, in_b{}, out_w{}, out_b{}, kv_len{};  // data pointers cleared
+  bool has_in_b = false, has_out_b = false, has_kv_len = false;         // whether the call had them
+  attngen_mha_options opt{};  // kernel and kv_len cleared (a run's kv_len is over its data)
+  KernelChoice choice;
+  KernelNeed need;   // of the kernel's runs, measured when the plan was made
+  size_t bytes = 0;  // the workspace a run needs
+};
+
+extern "C" {
+
+attngen_status attngen_linear_plan_create(const attngen_tensor* x, const attngen_tensor* w,
+                                          const attngen_tensor* bias, const attngen_tensor* y,
+                                          attngen_linear_plan** plan) {
+  Check c;
+  if (plan == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+    return finish(c, nullptr);
+  }
+  *plan = nullptr;
+  CallScratch scratch(CallMode::kSize);
+  const LinearCall call{x, w, bias, const_cast<attngen_tensor*>(y)};
+  KernelChoice choice;
+  if (!prepare_linear(c, call, &choice)) return finish(c, nullptr);
+  execute_linear(c, scratch, call, choice);
+  if (!c.ok()) return finish(c, nullptr);
+  attngen_linear_plan* p = new (std::nothrow) attngen_linear_plan;
+  if (p == nullptr) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
+    return finish(c, nullptr);
+  }
+  p->x = described(x);
+  p->w = described(w);
+  p->bias = described(bias);
+  p->has_bias = bias != nullptr;
+  p->y = described(y);
+  p->choice = choice;
+  p->need = scratch.measured_need();
+  p->bytes = scratch.bytes();
+  *plan = p;
+  return finish(c, choice.kernel);
+}
+
+attngen_status attngen_linear_plan_workspace_size(const attngen_linear_plan* plan, size_t* bytes) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (bytes == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (c.ok()) *bytes = plan->bytes;
+  return finish(c, c.ok() ? plan->choice.kernel : nullptr);
+}
+
+const char* attngen_linear_plan_kernel(const attngen_linear_plan* plan) {
+  return plan != nullptr ? plan->choice.kernel->name : "";
+}
+
+attngen_status attngen_linear_plan_run(const attngen_linear_plan* plan,
+                                       const attngen_linear_data* data) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
+  attngen_linear_data d = attngen_linear_data_default();
+  if (!c.ok() || !read_options(c, data, "data", &d)) return finish(c, nullptr);
+  const attngen_tensor x = over(plan->x, d.x), w = over(plan->w, d.w);
+  attngen_tensor y = over(plan->y, d.y), bias;
+  const attngen_tensor* b = nullptr;
+  if (!optional_over(c, plan->has_bias, plan->bias, d.bias, "bias", &bias, &b)) {
+    return finish(c, nullptr);
+  }
+  CallScratch scratch(CallMode::kRun);
+  scratch.set_planned_need(&plan->need);
+  const LinearCall call{&x, &w, b, &y};
+  if (!validate_linear(c, call)) return finish(c, nullptr);
+  execute_linear(c, scratch, call, plan->choice);
+  return finish(c, plan->choice.kernel);
+}
+
+void attngen_linear_plan_destroy(attngen_linear_plan* plan) { delete plan; }
+
+attngen_status attngen_mha_plan_create(const attngen_tensor* x, const attngen_mha_weights* weights,
+                                       const attngen_tensor* y, const attngen_mha_options* options,
+                                       attngen_mha_plan** plan) {
+  Check c;
+  if (plan == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+    return finish(c, nullptr);
+  }
+  *plan = nullptr;
+  CallScratch scratch(CallMode::kSize);
+  MhaCall call{x, const_cast<attngen_tensor*>(y), attngen_mha_options_default()};
+  KernelChoice choice;
+  if (!prepare_caller_mha(c, scratch, weights, options, call, &choice)) return finish(c, nullptr);
+  CallerWeights caller = caller_weights(*weights);
+  execute_mha(c, scratch, call, caller, choice);
+  if (!c.ok()) return finish(c, nullptr);
+  attngen_mha_plan* p = new (std::nothrow) attngen_mha_plan;
+  if (p == nullptr) {
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
+    return finish(c, nullptr);
+  }
+  p->x = described(x);
+  p->y = described(y);
+  p->in_w = described(weights->in_proj_weight);
+  p->in_b = described(weights->in_proj_bias);
+  p->has_in_b = weights->in_proj_bias != nullptr;
+  p->out_w = described(weights->out_proj_weight);
+  p->out_b = described(weights->out_proj_bias);
+  p->has_out_b = weights->out_proj_bias != nullptr;
+  p->opt = call.opt;
+  p->opt.kernel = nullptr;  // resolved into the plan's choice
+  p->opt.kv_len = nullptr;  // a run's, over its data
+  p->kv_len = described(call.opt.kv_len);
+  p->has_kv_len = call.opt.kv_len != nullptr;
+  p->choice = choice;
+  p->need = scratch.measured_need();
+  p->bytes = scratch.bytes();
+  *plan = p;
+  return finish(c, choice.kernel);
+}
+
+attngen_status attngen_mha_plan_workspace_size(const attngen_mha_plan* plan, size_t* bytes) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (bytes == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
+  if (c.ok()) *bytes = plan->bytes;
+  return finish(c, c.ok() ? plan->choice.kernel : nullptr);
+}
+
+const char* attngen_mha_plan_kernel(const attngen_mha_plan* plan) {
+  return plan != nullptr ? plan->choice.kernel->name : "";
+}
+
+attngen_status attngen_mha_plan_run(const attngen_mha_plan* plan, const attngen_mha_data* data) {
+  Check c;
+  if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
+  if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
+  attngen_mha_data d = attngen_mha_data_default();
+  if (!c.ok() || !read_options(c, data, "data", &d)) return finish(c, nullptr);
+  const attngen_tensor x = over(plan->x, d.x), in_w = over(plan->in_w, d.in_proj_weight),
+                       out_w = over(plan->out_w, d.out_proj_weight);
+  attngen_tensor y = over(plan->y, d.y), in_b, out_b, kv_len;
+  attngen_mha_weights weights{&in_w, nullptr, &out_w, nullptr};
+  MhaCall call{&x, &y, plan->opt};
+  if (!optional_over(c, plan->has_in_b, plan->in_b, d.in_proj_bias, "in_proj_bias", &in_b,
+                     &weights.in_proj_bias) ||
+      !optional_over(c, plan->has_out_b, plan->out_b, d.out_proj_bias, "out_proj_bias", &out_b,
+                     &weights.out_proj_bias) ||
+      !optional_over(c, plan->has_kv_len, plan->kv_len, d.kv_len, "kv_len", &kv_len,
+                     &call.opt.kv_len)) {
+    return finish(c, nullptr);
+  }
+  CallScratch scratch(CallMode::kRun);
+  scratch.set_planned_need(&plan->need);
+  if (!check_mha_layer(c, &x, weights, &y, call.opt.num_heads, "S", /*floating=*/true) ||
+      !validate_mha_options(c, scratch, call)) {
+    return finish(c, nullptr);
+  }
+  CallerWeights caller = caller_weights(weights);
+  execute_mha(c, scratch, call, caller, plan->choice);
+  return finish(c, plan->choice.kernel);
+}
+
+void attngen_mha_plan_destroy(attngen_mha_plan* plan) { delete plan; }
 
 attngen_status attngen_linear(const attngen_tensor* x, const attngen_tensor* w,
                               const attngen_tensor* bias, attngen_tensor* y) {

@@ -267,6 +267,72 @@ attngen_mha_options attngen_mha_options_default(void);
 attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,
                            attngen_tensor* y, const attngen_mha_options* options);
 
+/* ---- Linear and MHA plans: attngen_linear() and attngen_mha() validated and chosen once ----
+ *
+ * As attention plans (above): made from one call's arguments (validated as the call does, with
+ * its statuses and messages; the kernel chosen; the workspace measured as the call's size query
+ * does: the inputs are read, nothing is written). A plan keeps copies of the descriptions
+ * (shapes, strides, dtypes; an MHA plan's options and its four weights' descriptions), not the
+ * data. A run gives the data pointers of one call of that configuration: it checks what depends
+ * on them (NULL, alignment, overlap of the output with the inputs, kv_len's values) and runs the
+ * plan's kernel, with the call's results on the same arguments bit for bit. A run packs the
+ * weights it is given, as the call does (their data may change between runs); an
+ * attngen_mha_layer keeps them packed. Runs of one plan may be concurrent. */
+typedef struct attngen_linear_plan attngen_linear_plan;
+typedef struct attngen_mha_plan attngen_mha_plan;
+
+/* The data of one linear run: bias where the plan's call had a bias, NULL where it had none. */
+typedef struct attngen_linear_data {
+  size_t struct_size; /* sizeof(attngen_linear_data): the ABI rule above */
+  const void* x;
+  const void* w;
+  const void* bias;
+  void* y;
+} attngen_linear_data;
+
+/* The data of one MHA run: each bias where the plan's weights had it, kv_len where the plan's
+ * options had it; NULL where they had none. */
+typedef struct attngen_mha_data {
+  size_t struct_size; /* sizeof(attngen_mha_data): the ABI rule above */
+  const void* x;
+  void* y;
+  const void* in_proj_weight;
+  const void* in_proj_bias;
+  const void* out_proj_weight;
+  const void* out_proj_bias;
+  const void* kv_len;
+} attngen_mha_data;
+
+/* struct_size set, every pointer NULL. */
+attngen_linear_data attngen_linear_data_default(void);
+attngen_mha_data attngen_mha_data_default(void);
+
+/* Makes a plan for calls like attngen_linear(x, w, bias, y) or attngen_mha(x, weights, y,
+ * options) in *plan (NULL on any error, which is the call's). */
+attngen_status attngen_linear_plan_create(const attngen_tensor* x, const attngen_tensor* w,
+                                          const attngen_tensor* bias, const attngen_tensor* y,
+                                          attngen_linear_plan** plan);
+attngen_status attngen_mha_plan_create(const attngen_tensor* x, const attngen_mha_weights* weights,
+                                       const attngen_tensor* y, const attngen_mha_options* options,
+                                       attngen_mha_plan** plan);
+
+/* Workspace bytes a run needs, as attngen_attention_plan_workspace_size(). */
+attngen_status attngen_linear_plan_workspace_size(const attngen_linear_plan* plan, size_t* bytes);
+attngen_status attngen_mha_plan_workspace_size(const attngen_mha_plan* plan, size_t* bytes);
+
+/* The name of the plan's kernel, or "" for NULL. */
+const char* attngen_linear_plan_kernel(const attngen_linear_plan* plan);
+const char* attngen_mha_plan_kernel(const attngen_mha_plan* plan);
+
+/* One call of the plan's configuration on `data`. */
+attngen_status attngen_linear_plan_run(const attngen_linear_plan* plan,
+                                       const attngen_linear_data* data);
+attngen_status attngen_mha_plan_run(const attngen_mha_plan* plan, const attngen_mha_data* data);
+
+/* Frees the plan. NULL is a no-op. */
+void attngen_linear_plan_destroy(attngen_linear_plan* plan);
+void attngen_mha_plan_destroy(attngen_mha_plan* plan);
+
 /* ---- Incremental decoding: a KV cache, and attention of new tokens over it ----
  *
  * A cache holds, per layer and per sequence of a batch, the K and V of the positions appended
