@@ -60,10 +60,10 @@ Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
 //    either sign or an infinity is above every finite value (before, a separate pass summed the
 //    weights to find it: 0.98 of the time without that pass, bench/RESULTS.md, "Every call's thread
 //    count read once").
-void define_i8_pv(DecodeFuncs& f, int block, const Expr& v_finite, const Expr& dv, bool generic,
-                  bool int8_dot) {
+void define_i8_pv(DecodeFuncs& f, int block, const Expr& block_keys, const Expr& v_finite,
+                  const Expr& dv, bool generic, bool int8_dot) {
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb;
-  f.rquad = RDom(0, block / kI8DotBytes, 0, kI8DotBytes, "rquad");
+  f.rquad = RDom(0, block_keys / kI8DotBytes, 0, kI8DotBytes, "rquad");
   const Expr quad = f.rquad.x, lane = f.rquad.y;
   // (A generic kernel's head dim past the cache's reads its last element again: those lanes'
   // results are never output.)
@@ -280,9 +280,23 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.scores(s, r, hk, b) = select(attend, dot * score_scale, kMaskedScore);
 
   // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
-  // max, exps relative to it, their sum and their product with V.
+  // max, exps relative to it, their sum and their product with V. Blocks start `block` keys
+  // apart; where the slots the call reads are fewer than a block (whole_blocks false), the one
+  // block takes only those, rounded up to whole groups of 16 (a multiple of every target's
+  // vector, so that the schedules' splits of the keys stay exact): a call over 16 cached
+  // positions computes 16 keys, not 128. The CPU schedules specialise on whole_blocks, so that
+  // longer calls keep a constant block. A grouped cache's blocks, and a block that is not whole
+  // groups, are always computed whole: a grouped cache's short block came out wrong past one
+  // group (docs/decisions/decode-cpu-schedule.md, "Short calls").
+  if (!grouped && block % kSlotGroup == 0) {
+    f.whole_blocks = in.slots >= block;
+    f.block_keys =
+        select(f.whole_blocks, block, (in.slots + kSlotGroup - 1) / kSlotGroup * kSlotGroup);
+  } else {
+    f.block_keys = block;
+  }
   f.v_finite = in.v_finite;
-  f.rk = RDom(0, block, "rk");
+  f.rk = RDom(0, f.block_keys, "rk");
   const KeyBlockStats stats =
       define_key_block_stats(f.scores, f.v, block, f.rk, {d, s, kb, r, hk, b}, in.v_finite, 0,
                              f.v_scale, "", spec.native_exp);
@@ -292,7 +306,8 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
   if (quantised && block % kSlotGroup == 0) {
-    define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot == Int8Dot::kU8ByI8);
+    define_i8_pv(f, block, f.block_keys, in.v_finite, dv_stored, spec.generic,
+                 spec.int8_dot == Int8Dot::kU8ByI8);
   }
   // An f16 or bf16 cache: P.V with the block's keys taken as (group of the block, slot of the
   // group), so that a key's V, a row of its group's V part, is indexed without a division of the
@@ -301,7 +316,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // are read as well: they hold zeros or what earlier appends left, finite where v_finite holds
   // (the cache tracks every append), and pv_term masks them by their weights, 0, otherwise.
   if (spec.pv_by_group && grouped && !quantised && block % kSlotGroup == 0) {
-    f.rgroup = RDom(0, block / kSlotGroup, 0, kSlotGroup, "rgroup");
+    f.rgroup = RDom(0, f.block_keys / kSlotGroup, 0, kSlotGroup, "rgroup");
     const Expr key = kb * block + f.rgroup.x * kSlotGroup + f.rgroup.y;
     const Expr value = pad(
         in.dv, cached_as_f32(f.v_rows(d, f.rgroup.y, kb * (block / kSlotGroup) + f.rgroup.x, hk, b),

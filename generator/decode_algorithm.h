@@ -98,7 +98,7 @@ struct DecodeFuncs {
   Halide::Var h{"h"}, i{"i"};
   Halide::RDom rd;                // Dqk
   Halide::RDom rq;                // Dqk, spec.int8_dot: q's quantisation
-  Halide::RDom rk;                // keys of one block: s = kb * key_block + rk
+  Halide::RDom rk;                // keys of one block: s = kb * key_block + rk, rk < block_keys
   Halide::RDom rb;                // the key blocks of one split: kb = sp * blocks_per_split + rb
   Halide::RDom rs;                // the splits, in the merge
   Halide::Func q;                 // (d, r, hk, b) query row r of kv head hk, row index clamped
@@ -140,6 +140,9 @@ struct DecodeFuncs {
   Halide::Func acc;               // (d, r, hk, b)
   Halide::Func out;               // (d, h, i, b) normalised, 0 for rows that attend nothing
   Halide::Expr rows;              // g * seq_q: extent of r
+  Halide::Expr whole_blocks;      // the slots read fill at least one key block (undefined where
+                                  // every block is whole)
+  Halide::Expr block_keys;        // keys of a block: extent of rk (key_block where whole_blocks)
   Halide::Expr blocks_per_split;  // key blocks per split
   Halide::Expr splits;            // extent of sp
   Halide::Expr v_finite;          // DecodeInputs::v_finite: what schedules specialise P.V on

@@ -96,6 +96,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       .parallel(sp)
       .vectorize(vi)
       .unroll(vo);
+  // A constant key block wherever the call's slots fill one (decode_algorithm.cpp, block_keys);
+  // only a shorter call computes its one block over the slots it has.
+  if (f.whole_blocks.defined()) state.update().specialize(f.whole_blocks);
   f.visit.compute_root();
   f.row_position.compute_root();
 
@@ -366,6 +369,13 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
       pv_update.prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
     }
+  }
+
+  // A whole block's keys of storage for the per-key stages also where a short call's block
+  // computes fewer (block_keys): on the stack, not a heap block of that size. (After the
+  // rfactors above, whose intermediates would take the bound too.)
+  for (Func g : {f.dot, f.scores, f.probs, f.probs_scaled}) {
+    if (g.defined()) g.bound_storage(s, spec.key_block);
   }
 
   // The merge: per (query, sequence), over the splits, for every head.
