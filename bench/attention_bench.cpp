@@ -655,6 +655,88 @@ void register_generic_price() {
   }
 }
 
+// ALiBi (a causal decoder's, B1 H16 D128, S 1024 and 4096) four ways, as
+// modifier/alibi/<shape>/<way>: "modifier", the alibi modifier's kernel; "additive", the same
+// bias as an additive [1, H, 1, S] mask of m_h * j (the key-position form: it differs from
+// m_h (j - p) by a constant per row, which the softmax cancels); "plain", causal attention
+// without the bias on the kernel dispatch picks; "plain_generic", that on the generic kernel of
+// the modifier's head-dim bucket and ISA (the modifier kernel's own base).
+enum class AlibiWay { kModifier, kAdditive, kPlain, kPlainGeneric };
+
+void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
+  constexpr int64_t B = 1, H = 16, D = 128;
+  std::vector<float> q = random_vector(B * S * H * D, 1), k = random_vector(q.size(), 2);
+  std::vector<float> v = random_vector(q.size(), 3), o(q.size());
+  std::vector<float> slopes(H), bias(H * S);
+  attngen_alibi_slopes(H, slopes.data());
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t j = 0; j < S; ++j) bias[h * S + j] = slopes[h] * static_cast<float>(j);
+  }
+  const int64_t shape[] = {B, S, H, D}, slope_shape[] = {H}, bias_shape[] = {1, H, 1, S};
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor ts = attngen_tensor_contiguous(slopes.data(), ATTNGEN_F32, 1, slope_shape);
+  attngen_tensor tb = attngen_tensor_contiguous(bias.data(), ATTNGEN_F32, 4, bias_shape);
+  attngen_modifier m{};
+  m.name = "alibi";
+  m.tensors[0] = &ts;
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  if (way == AlibiWay::kModifier) opt.modifier = &m;
+  if (way == AlibiWay::kAdditive) opt.mask_tensor = &tb;
+  std::string generic_name;
+  if (way == AlibiWay::kPlainGeneric) {
+    attngen_attention_options probe = opt;
+    probe.modifier = &m;
+    if (attngen_attention(&tq, &tk, &tv, &to, &probe) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      return;
+    }
+    generic_name = attngen_last_kernel();
+    generic_name.replace(generic_name.find("_mod_alibi"), 10, "");
+    opt.kernel = generic_name.c_str();
+  }
+  attngen_attention_plan* plan = nullptr;
+  if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  attngen_attention_data data = attngen_attention_data_default();
+  data.q = q.data();
+  data.k = k.data();
+  data.v = v.data();
+  data.out = o.data();
+  if (way == AlibiWay::kModifier) data.modifier_tensors[0] = slopes.data();
+  if (way == AlibiWay::kAdditive) data.mask_tensor = bias.data();
+  for (auto _ : state) {
+    if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(attngen_attention_plan_kernel(plan));
+  set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, true));
+  attngen_attention_plan_destroy(plan);
+}
+
+void register_alibi() {
+  const std::pair<const char*, AlibiWay> ways[] = {{"modifier", AlibiWay::kModifier},
+                                                   {"additive", AlibiWay::kAdditive},
+                                                   {"plain", AlibiWay::kPlain},
+                                                   {"plain_generic", AlibiWay::kPlainGeneric}};
+  for (const int64_t S : {1024, 4096}) {
+    for (const auto& [name, way] : ways) {
+      benchmark::RegisterBenchmark(
+          ("modifier/alibi/B1_H16_S" + std::to_string(S) + "_D128_causal/" + name).c_str(), alibi,
+          S, way)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 }  // namespace
 
 // The runtime's cost per call above its kernel (issue: a planned call within 1 us of the
@@ -960,6 +1042,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
   }
   register_generic_price();
+  register_alibi();
   register_overhead();
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);

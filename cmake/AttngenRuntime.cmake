@@ -27,6 +27,7 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/decode.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/kv_cache.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/pattern.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/modifier.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/threads.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"

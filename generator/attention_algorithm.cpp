@@ -133,6 +133,10 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 // key u * stride + r, causal where the kernel is: u <= first + t, the class problem's offset.
 AttentionFuncs define_strided_classes(const AttentionSpec& spec, const AttentionInputs& in) {
   const int l = spec.pattern.stride, dv = spec.head_dim_v;
+  if (in.modifier != nullptr) {
+    // (The class problem's indices are gathered ones, not the call's.)
+    throw CompileError("attngen: a modifier with the strided pattern's class form");
+  }
   const AttentionSpec band_spec = strided_band_spec(spec), class_spec = strided_class_spec(spec);
   AttentionFuncs f = define_attention(band_spec, in);
 
@@ -317,6 +321,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   Expr offset = in.offset.defined() ? in.offset(b) : select(in.bottom_right, kv_len - in.seq_q, 0);
   f.top_left = !in.bottom_right;
   Expr attend = j < kv_len;
+  // The variant's modifier: a score modifier after the scale and the soft cap, before the masks;
+  // a mask modifier as one more mask (generator/modifier.h).
+  if (in.modifier != nullptr) {
+    const ModifierIndex at{b, h, clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q};
+    if (in.modifier->score) s = in.modifier->score(s, at, in.modifier_params);
+    if (in.modifier->mask) attend = attend && in.modifier->mask(at, in.modifier_params);
+  }
   if (spec.without_diagonal) attend = attend && j != offset + i;
   if (spec.mask == MaskKind::kCausal) {
     attend = attend && j <= offset + i;

@@ -12,6 +12,7 @@
 
 #include "Halide.h"
 #include "core/pattern.h"
+#include "generator/modifier.h"
 #include "generator/online_softmax.h"
 
 namespace attngen {
@@ -128,6 +129,9 @@ struct AttentionInputs {
   // place of a scan of v (the whole kernel's scan, where v is a gathered view of it).
   Halide::Func offset;
   Halide::Expr v_finite;
+  // The variant's modifier (generator/modifier.h) and its run-time parameters, or nullptr.
+  const Modifier* modifier = nullptr;
+  ModifierParams modifier_params;
 };
 
 struct AttentionFuncs {

@@ -35,6 +35,10 @@ class Attention : public Generator<Attention> {
   Input<Buffer<float, 4>>* add_mask = nullptr;     // (j, i, h, b), broadcast where unused
   // Generic pattern kernels only: the pattern's parameters (PatternSpec's, in its order).
   std::vector<Input<int32_t>*> pattern_values;
+  // A modifier's parameters (its layout's tensors, then its scalars: core/modifier.h), named
+  // mod_<name> so that no modifier's names clash with the kernel's.
+  std::vector<Input<Buffer<>>*> modifier_tensors;
+  std::vector<Input<float>*> modifier_scalars;
   Output<Buffer<>>* out = nullptr;              // (dv, h, s, b)
   Output<Buffer<float, 4>>* weights = nullptr;  // (j, i, h, b): P [B, Hq, Sq, Skv]
   Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
@@ -66,6 +70,22 @@ class Attention : public Generator<Attention> {
              {"window_left", "window_right", "stride", "block", "local", "global_tokens"}) {
           pattern_values.push_back(add_input<int32_t>(name));
         }
+      }
+    }
+    if (!v_.modifier.empty()) {
+      modifier_ = attngen::find_modifier(v_.modifier);
+      if (modifier_ == nullptr) {
+        throw CompileError("attngen: no modifier " + v_.modifier +
+                           " (the generator has: " + attngen::modifier_names() + ")");
+      }
+      const attngen::ModifierLayout& l = modifier_->layout;
+      for (int t = 0; t < l.tensors; ++t) {
+        modifier_tensors.push_back(add_input<Buffer<>>(std::string("mod_") + l.tensor[t].name,
+                                                       attngen::halide_type(l.tensor[t].dtype),
+                                                       l.tensor[t].rank));
+      }
+      for (int c = 0; c < l.scalars; ++c) {
+        modifier_scalars.push_back(add_input<float>(std::string("mod_") + l.scalar[c]));
       }
     }
     out = add_output<Buffer<>>("out", attngen::halide_type(v_.out_dtype), 4);
@@ -117,6 +137,12 @@ class Attention : public Generator<Attention> {
       }
     }
 
+    if (modifier_ != nullptr) {
+      in.modifier = modifier_;
+      for (Input<Buffer<>>* t : modifier_tensors) in.modifier_params.tensors.push_back(*t);
+      for (Input<float>* c : modifier_scalars) in.modifier_params.scalars.push_back(*c);
+    }
+
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
     if (weights) (*weights)(f.j, f.i, f.h, f.b) = f.weights(f.j, f.i, f.h, f.b);
@@ -155,6 +181,21 @@ class Attention : public Generator<Attention> {
     if (mask) mask->dim(0).set_stride(Expr());
     if (mask) mask->set_estimates({{0, E::kSeq}, {0, E::kSeq}, {0, E::kHeads}, {0, E::kBatch}});
     if (layout) layout->set_estimates({{0, E::kSeq / 64}, {0, E::kSeq / 64}});
+    for (size_t t = 0; t < modifier_tensors.size(); ++t) {
+      const attngen::ModifierTensor& mt = modifier_->layout.tensor[t];
+      Region estimates;
+      for (int d = mt.rank; d-- > 0;) {  // innermost first
+        const attngen::ModifierDim dim = mt.dims[d];
+        const int extent = dim == attngen::ModifierDim::kB ? E::kBatch
+                           : dim == attngen::ModifierDim::kHq || dim == attngen::ModifierDim::kHkv
+                               ? E::kHeads
+                           : dim == attngen::ModifierDim::kAny ? 16
+                                                               : E::kSeq;
+        estimates.push_back({0, extent});
+      }
+      modifier_tensors[t]->set_estimates(estimates);
+    }
+    for (Input<float>* c : modifier_scalars) c->set_estimate(0.0f);
     scale->set_estimate(0.125f);
     softcap_value->set_estimate(50.0f);
     bottom_right->set_estimate(true);
@@ -192,6 +233,7 @@ class Attention : public Generator<Attention> {
 
  private:
   attngen::KernelVariant v_;
+  const attngen::Modifier* modifier_ = nullptr;
   bool bf16_pairs_ = false;
   bool amx_ = false;
 };

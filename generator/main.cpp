@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "Halide.h"
+#include "generator/modifier.h"
 #include "generator/plan.h"
 #include "generator/variant_cli.h"
 #include "schedules/target_info.h"
@@ -186,6 +187,16 @@ int descriptor(int argc, char** argv) {
   feature(v.generic, "kGeneric");
   feature(v.generic && v.pattern.kind != Pattern::kNone, "kPatternValues");
   feature(v.op == Op::kDecode && v.kv_dtype == DType::kI8, "kKvScales");
+  const Modifier* modifier = v.modifier.empty() ? nullptr : find_modifier(v.modifier);
+  if (!v.modifier.empty() && modifier == nullptr) {
+    return fail("no modifier " + v.modifier + " (the generator has: " + modifier_names() + ")");
+  }
+  const ModifierLayout no_modifier;
+  const ModifierLayout& ml = modifier != nullptr ? modifier->layout : no_modifier;
+  if (modifier != nullptr) {
+    features += (features.empty() ? "" : " | ") + std::string("attngen::glue::modifier_features(") +
+                std::to_string(ml.tensors) + ", " + std::to_string(ml.scalars) + ")";
+  }
   if (features.empty()) features = "0";
   const PatternSpec& p = v.pattern;
   const char* op = kOps[static_cast<int>(v.op)];
@@ -229,6 +240,25 @@ int descriptor(int argc, char** argv) {
     << "    " << c_string(tuning_class(v)) << ",\n"
     << "    " << c_string(joined(r.schedule)) << ",\n"
     << "    &attngen::glue::run<" << op << ", " << features << ", &" << fn << ">,\n"
+    << "    " << c_string(v.modifier) << ",\n"
+    << "    " << (ml.score ? 1 : 0) << ",\n"
+    << "    " << (ml.mask ? 1 : 0) << ",\n"
+    << "    " << ml.tensors << ",\n"
+    << "    {";
+  for (int t = 0; t < ml.tensors; ++t) {
+    const ModifierTensor& mt = ml.tensor[t];
+    f << (t ? ", " : "") << "{" << c_string(mt.name) << ", " << c_enum_name(mt.dtype) << ", "
+      << mt.rank << ", {";
+    for (int d = 0; d < kMaxModifierRank; ++d) {
+      f << (d ? ", " : "") << (d < mt.rank ? static_cast<int>(mt.dims[d]) : 0);
+    }
+    f << "}}";
+  }
+  f << "},\n"
+    << "    " << ml.scalars << ",\n"
+    << "    {";
+  for (int c = 0; c < ml.scalars; ++c) f << (c ? ", " : "") << c_string(ml.scalar[c]);
+  f << "},\n"
     << "};\n";
   f.close();
   if (!f) return fail("cannot write " + out);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/cpu_features.h"
+#include "core/modifier.h"
 #include "core/tunables.h"
 
 namespace attngen {
@@ -168,6 +169,10 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
     case Op::kAttention:
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
+      if (has("MODIFIER") && !valid_modifier_name(v->modifier.c_str())) {
+        return fail("MODIFIER " + v->modifier +
+                    ": a name is letters, digits and _, starting with a letter, at most 31");
+      }
       if (has("OUT_DTYPE") && v->out_dtype != DType::kF32) {
         return fail("OUT_DTYPE takes f32 (an output in the inputs' dtype is the default)");
       }
@@ -325,13 +330,15 @@ bool parse_variant(const std::string& text, KernelVariant* v, std::string* error
       if (ok && v->op != Op::kAttention && given.count("OP")) {
         return fail("QUERY_TILE is for OP attention");
       }
+    } else if (key == "MODIFIER") {
+      v->modifier = value;
     } else if (key == "ISA") {
       v->isa = value;
     } else {
       return fail(
           "unknown word " + key +
-          " (OP DTYPE KV_DTYPE OUT_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP PATTERN "
-          "WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
+          " (OP DTYPE KV_DTYPE OUT_DTYPE HEAD_DIM HEAD_DIM_V MASK MASK_TENSOR SOFTCAP MODIFIER "
+          "PATTERN WINDOW_LEFT WINDOW_RIGHT STRIDE BLOCK LOCAL GLOBAL_TOKENS WEIGHTS LSE "
           "GENERIC KEY_BLOCK QUERY_TILE ISA TUNABLES ONLY_ISAS)");
     }
     if (!ok) return fail(key + " " + value + " is not a valid number");
@@ -359,6 +366,7 @@ std::string canonical(const KernelVariant& v) {
     s += std::string(" MASK_TENSOR ") + kMaskTensors.name(v.mask_tensor);
   }
   if (v.softcap) s += " SOFTCAP";
+  if (!v.modifier.empty()) s += " MODIFIER " + v.modifier;
   const PatternSpec& p = v.pattern;
   if (p.kind != Pattern::kNone) s += std::string(" PATTERN ") + kPatterns.name(p.kind);
   switch (v.generic ? Pattern::kNone : p.kind) {
@@ -394,6 +402,7 @@ std::string kernel_name(const KernelVariant& v, const TargetRow& target) {
   if (v.op != Op::kLinear) {
     s += "_" + head_dims(v) + "_" + (v.generic ? "generic" : kMasks.name(v.mask));
     for (const std::string& w : shape_words(v)) s += "_" + w;
+    if (!v.modifier.empty()) s += "_mod_" + v.modifier;
     if (v.weights) s += "_p";
     if (v.lse) s += "_lse";
   }
@@ -463,6 +472,7 @@ bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* err
       text += w == "bmask" ? " MASK_TENSOR bool" : " MASK_TENSOR additive";
     } else if (w == "cap") {
       text += " SOFTCAP";
+
     } else if (w == "weights") {
       text += " WEIGHTS";
     } else if (w == "lse") {
@@ -515,7 +525,8 @@ std::string description(const KernelVariant& v) {
            (v.pattern.kind != Pattern::kNone
                 ? std::string(", ") + kPatterns.name(v.pattern.kind) + " pattern,"
                 : std::string(",")) +
-           " masks and soft cap at run time";
+           " masks and soft cap at run time" +
+           (v.modifier.empty() ? std::string() : ", modifier " + v.modifier);
   }
   s += ", head dim " + std::to_string(v.head_dim_qk);
   if (v.head_dim_v != v.head_dim_qk) s += "/" + std::to_string(v.head_dim_v);
@@ -523,6 +534,7 @@ std::string description(const KernelVariant& v) {
   if (v.mask_tensor == MaskTensor::kBool) s += ", bool mask tensor";
   if (v.mask_tensor == MaskTensor::kAdditive) s += ", additive mask tensor";
   if (v.softcap) s += ", soft cap";
+  if (!v.modifier.empty()) s += ", modifier " + v.modifier;
   const PatternSpec& p = v.pattern;
   switch (p.kind) {
     case Pattern::kWindow:

@@ -38,6 +38,8 @@ struct KernelVariant {
   MaskKind mask = MaskKind::kNone;      // decode: always causal (bottom-right)
   MaskTensor mask_tensor = MaskTensor::kNone;
   bool softcap = false;
+  // MODIFIER (attention): a modifier's name (core/modifier.h, generator/modifiers/); "" none.
+  std::string modifier;
   PatternSpec pattern;
   bool weights = false, lse = false;  // extra outputs
   // GENERIC (attention): head dims up to HEAD_DIM / HEAD_DIM_V, the causal mask, a mask tensor
@@ -68,8 +70,9 @@ std::string canonical(const KernelVariant& v);
 std::string kernel_name(const KernelVariant& v, const TargetRow& target);
 
 // The shape class that tuning files key on (schedules/tuned/README.md): "attention d64 causal",
-// "linear"; "" for ops without tunables in tuning files (mha, decode). The inverse,
-// variant_of_class(), gives the variant a class stands for.
+// "linear"; "" for ops without tunables in tuning files (mha, decode). A modifier kernel's is
+// its base variant's (a modifier changes the score tile's arithmetic, not the schedule's
+// shape). The inverse, variant_of_class(), gives the variant a class stands for.
 std::string tuning_class(const KernelVariant& v);
 bool variant_of_class(const std::string& cls, KernelVariant* v, std::string* error);
 

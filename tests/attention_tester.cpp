@@ -22,6 +22,10 @@ std::string AttentionTester::describe() const {
   if (pattern_.kind != ATTNGEN_PATTERN_NONE) {
     s << " pattern " << pattern_.kind << (layout_.empty() ? "" : " given layout");
   }
+  if (!modifier_.empty()) {
+    s << " modifier " << modifier_ << (symmetric_ ? " symmetric" : "")
+      << (standard_slopes_ ? " standard" : "");
+  }
   if (nonfinite_) s << " nonfinite";
   if (negative_dots_) s << " negative-dots";
   if (weights_) s << " weights";
@@ -46,6 +50,9 @@ struct AttentionTester::Call {
   attngen_tensor t_kv_len{}, t_mask{}, t_layout{};
   std::vector<uint8_t> mask_bytes, layout_bytes;
   std::vector<float> mask_floats;
+  attngen_modifier modifier{};
+  std::string modifier_name;
+  Storage slopes;
   attngen_attention_options opt = attngen_attention_options_default();
   // The same configuration for the reference, and what it computes besides the output.
   RefAttention ref;
@@ -199,6 +206,40 @@ void AttentionTester::build_options(Call& c, const attngen_kernel_info* kernel,
   add_kv_len(c);
   add_mask(c, rng);
   add_pattern(c, rng);
+  add_modifier(c, kernel, rng);
+}
+
+// The tester's modifier, or the kernel's, with fresh parameters; the reference's own version.
+void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
+                                   std::mt19937_64& rng) const {
+  c.modifier_name = modifier_;
+  if (c.modifier_name.empty() && kernel != nullptr && kernel->modifier != nullptr) {
+    c.modifier_name = kernel->modifier;
+  }
+  if (c.modifier_name.empty()) return;
+  ASSERT_EQ(c.modifier_name, "alibi") << "no reference for modifier " << c.modifier_name;
+  c.slopes.init({hq_}, 0);
+  if (standard_slopes_) {
+    ASSERT_EQ(attngen_alibi_slopes(hq_, c.slopes.buf.data()), ATTNGEN_OK) << attngen_last_error();
+  } else if (integer_ > 0) {
+    // Multiples of 1/16: with integer_inputs every biased score stays exact in f32 (the test's
+    // one-hot rows must not hang on the rounding of a near-tie).
+    c.slopes.fill_integers(rng, 8);
+    for (float& x : c.slopes.buf) x /= 16.0f;
+  } else {
+    // Slopes of either sign and size, as learned ones may be: the bias moves scores by up to
+    // slope * Skv.
+    c.slopes.fill_random(rng, -0.3, 0.6);
+  }
+  const bool symmetric = symmetric_;
+  c.modifier.name = c.modifier_name.c_str();
+  c.modifier.tensors[0] = &c.slopes.t;
+  c.modifier.scalars[0] = symmetric ? 1.0f : 0.0f;
+  c.opt.modifier = &c.modifier;
+  const std::vector<double> slopes = c.slopes.dense();
+  c.ref.score_mod = [slopes, symmetric](double x, int64_t, int64_t h, int64_t p, int64_t j) {
+    return reference_alibi(x, slopes[static_cast<size_t>(h)], p, j, symmetric);
+  };
 }
 
 void AttentionTester::add_kv_len(Call& c) const {

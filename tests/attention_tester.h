@@ -127,6 +127,17 @@ class AttentionTester {
     layout_ = std::move(layout);
     return *this;
   }
+  // A library modifier (attngen.h, "Modifiers") with fresh random parameters, checked against
+  // the reference's own implementation of it: "alibi" (random slopes, or the standard ones of
+  // attngen_alibi_slopes() with standard_slopes; the symmetric form with symmetric). Test(kernel)
+  // of a modifier kernel takes the kernel's modifier.
+  AttentionTester& modifier(std::string name, bool symmetric = false,
+                            bool standard_slopes = false) {
+    modifier_ = std::move(name);
+    symmetric_ = symmetric;
+    standard_slopes_ = standard_slopes;
+    return *this;
+  }
   // Also ask for the attention weights / the row log-sum-exp, checked against the reference.
   AttentionTester& weights(bool w = true) {
     weights_ = w;
@@ -175,6 +186,7 @@ class AttentionTester {
   void add_kv_len(Call& c) const;
   void add_mask(Call& c, std::mt19937_64& rng) const;
   void add_pattern(Call& c, std::mt19937_64& rng) const;
+  void add_modifier(Call& c, const attngen_kernel_info* kernel, std::mt19937_64& rng) const;
   void run(Call& c, const attngen_kernel_info* kernel) const;
   void choose_dtypes(Call& c, const attngen_kernel_info* kernel) const;
   void compare_with_reference(Call& c) const;
@@ -195,6 +207,8 @@ class AttentionTester {
   std::vector<int64_t> mask_shape_;
   std::vector<float> mask_values_;  // empty: random
   std::vector<uint8_t> layout_;     // empty: random
+  std::string modifier_;            // empty: none
+  bool symmetric_ = false, standard_slopes_ = false;
 };
 
 }  // namespace attngen::test

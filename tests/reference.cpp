@@ -51,6 +51,7 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
           for (int64_t d = 0; d < Dqk; ++d) dot += q(b, i, h, d) * k(b, j, hk, d);
           double x = dot * scale;
           if (p.softcap > 0.0) x = p.softcap * std::tanh(x / p.softcap);
+          if (p.score_mod) x = p.score_mod(x, b, h, offset + i, j);
           if (p.add) x += p.add(b, h, i, j);
           s[static_cast<size_t>(j)] = x;
           if (std::isnan(x)) nan = true;
@@ -227,6 +228,28 @@ std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch
     if (p.magnitude) std::copy(magnitude.begin(), magnitude.end(), p.magnitude->begin() + at);
   }
   return out;
+}
+
+std::vector<double> reference_alibi_slopes(int64_t heads) {
+  const auto powers = [](int64_t n) {  // the paper's get_slopes_power_of_2(n)
+    const double start = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(n)) - 3)));
+    std::vector<double> slopes;
+    for (int64_t i = 0; i < n; ++i) slopes.push_back(start * std::pow(start, i));
+    return slopes;
+  };
+  int64_t closest = 1;
+  while (closest * 2 <= heads) closest *= 2;
+  std::vector<double> slopes = powers(closest);
+  const std::vector<double> twice = powers(2 * closest);
+  for (int64_t k = 0; static_cast<int64_t>(slopes.size()) < heads; k += 2) {
+    slopes.push_back(twice[static_cast<size_t>(k)]);
+  }
+  return slopes;
+}
+
+double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmetric) {
+  const double distance = static_cast<double>(j - p);
+  return symmetric ? s - slope * std::fabs(distance) : s + slope * distance;
 }
 
 }  // namespace attngen::test

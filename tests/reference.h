@@ -35,6 +35,9 @@ struct RefAttention {
   std::function<bool(int64_t, int64_t, int64_t, int64_t)> keep;   // (b, h, i, j), bool mask
   std::function<double(int64_t, int64_t, int64_t, int64_t)> add;  // additive mask
   std::function<bool(int64_t, int64_t, int64_t)> pattern;         // (p, i, j): sparse pattern
+  // A score modifier, (s, b, h, p, j) -> s, after the scale and soft cap and before the masks
+  // (docs/semantics.md, "Modifiers"); the reference's own below (reference_alibi).
+  std::function<double(double, int64_t, int64_t, int64_t, int64_t)> score_mod;
   std::vector<double>* weights = nullptr;  // if set: P, dense [B, Hq, Sq, Skv]
   std::vector<double>* lse = nullptr;      // if set: row log-sum-exp, dense [B, Hq, Sq]
   // If set: the output computed with |V|, sum_j P_ij |V_jd|, dense like the output. The size of
@@ -62,6 +65,13 @@ struct RefPattern {
 // Whether query row i, at position pos (i plus the alignment's offset), attends key j: what a
 // RefAttention::pattern of this pattern returns.
 bool reference_pattern_attends(const RefPattern& s, int64_t pos, int64_t i, int64_t j);
+
+// ALiBi (docs/semantics.md, "Modifiers"): the standard slopes of `heads` heads as the ALiBi
+// paper's code computes them (powers of the first slope; for a head count that is no power of
+// two, those of the power of two below it, then every other slope of twice that), and the
+// modified score s + m (j - p), or s - m |j - p| where symmetric.
+std::vector<double> reference_alibi_slopes(int64_t heads);
+double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmetric);
 
 // y = x w^T + bias; x [B, S, E] dense, w [N, E], bias [N] or empty. Returns [B, S, N].
 std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows, int64_t e,

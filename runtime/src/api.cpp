@@ -407,6 +407,7 @@ struct AttentionCall {
   int64_t batch, seq_q, heads_q, dqk, seq_kv, heads_kv, dv;
   int32_t* kv_len;  // [batch], from the call's scratch
   HalideView mask, layout;
+  HalideView modifier[ATTNGEN_MAX_MODIFIER_TENSORS];  // the modifier's tensors (prepare_modifier)
 };
 
 // Checks every tensor and option of a call; nothing is written. q, k and v share one dtype
@@ -447,6 +448,9 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
   if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
+  }
+  if (opt.modifier != nullptr && opt.modifier->name == nullptr) {
+    return c.fail(ATTNGEN_ERROR_NULL_POINTER, "modifier.name is NULL");
   }
   if (!prepare_kv_len(c, scratch, opt.kv_len, batch, seq_kv, &call.kv_len)) return false;
   const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
@@ -489,6 +493,69 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
   return true;
 }
 
+// The call's modifier's parameters against the kernel's layout of them (attngen_kernel_info,
+// core/modifier.h): each tensor of its dtype and shape in the call's dims, clear of the outputs,
+// none past the layout's, finite scalars and none past the layout's; their views in
+// call.modifier. Nothing is written.
+bool prepare_modifier(Check& c, AttentionCall& call, const attngen_kernel_info& kernel) {
+  const attngen_modifier* m = call.opt.modifier;
+  if (m == nullptr) return true;
+  const std::string who = std::string("modifier ") + m->name;
+  const int64_t extent[] = {call.batch, call.heads_q, call.heads_kv, call.seq_q, call.seq_kv};
+  static const char* const kDimNames[] = {"B", "Hq", "Hkv", "Sq", "Skv", "any"};
+  for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
+    const attngen_tensor* tensor = m->tensors[t];
+    if (t >= kernel.modifier_tensors) {
+      if (tensor != nullptr) {
+        return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                      who + " takes " + std::to_string(kernel.modifier_tensors) +
+                          " tensors, but tensors[" + std::to_string(t) + "] is set");
+      }
+      continue;
+    }
+    const attngen_modifier_tensor_info& info = kernel.modifier_tensor[t];
+    const std::string name = who + "'s " + info.name;
+    const char* dims[4];
+    for (int d = 0; d < info.rank; ++d) dims[d] = kDimNames[std::clamp(info.dims[d], 0, 5)];
+    const TensorSpec spec{name.c_str(), info.dtype, info.rank, dims};
+    if (tensor == nullptr) {
+      return c.fail(ATTNGEN_ERROR_NULL_POINTER,
+                    name + " (tensors[" + std::to_string(t) + "]) is NULL");
+    }
+    if (!check_tensor(c, tensor, spec)) return false;
+    for (int d = 0; d < info.rank; ++d) {
+      if (info.dims[d] >= 0 && info.dims[d] < 5 &&
+          !check_dim(c, *tensor, spec, d, extent[info.dims[d]],
+                     (std::string(kDimNames[info.dims[d]]) + " of the call").c_str())) {
+        return false;
+      }
+    }
+    for (const attngen_tensor* o : {static_cast<const attngen_tensor*>(call.out),
+                                    static_cast<const attngen_tensor*>(call.opt.weights),
+                                    static_cast<const attngen_tensor*>(call.opt.lse)}) {
+      if (o != nullptr &&
+          !check_no_alias(c, *o, o == call.out ? "out" : "an output", *tensor, name.c_str())) {
+        return false;
+      }
+    }
+    make_view(call.modifier[t], *tensor);
+  }
+  for (int i = 0; i < ATTNGEN_MAX_MODIFIER_SCALARS; ++i) {
+    const float x = m->scalars[i];
+    if (i >= kernel.modifier_scalars && x != 0.0f) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    who + " takes " + std::to_string(kernel.modifier_scalars) +
+                        " scalars, but scalars[" + std::to_string(i) + "] is set");
+    }
+    if (!std::isfinite(x)) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    who + "'s " + (i < kernel.modifier_scalars ? kernel.modifier_scalar[i] : "") +
+                        " (scalars[" + std::to_string(i) + "]) is not finite");
+    }
+  }
+  return true;
+}
+
 // The kernel for a call: the one named, or the best that takes the call's own dtypes; where
 // none does (F16 / BF16 tensors with a pattern, an extra output or head dims no kernel of that
 // dtype was built for), the best F32 kernel, and *convert says the call's tensors must be
@@ -522,6 +589,7 @@ KernelQuery attention_query(const AttentionCall& call) {
                       : opt.mask_tensor->dtype == ATTNGEN_BOOL ? ATTNGEN_MASK_TENSOR_BOOL
                                                                : ATTNGEN_MASK_TENSOR_ADDITIVE;
   query.softcap = opt.softcap > 0.0f;
+  query.modifier = opt.modifier != nullptr ? opt.modifier->name : "";
   query.dtypes.q = call.q->dtype;
   query.dtypes.k = call.k->dtype;
   query.dtypes.v = call.v->dtype;
@@ -603,6 +671,14 @@ bool attention_args(Check& c, CallScratch& scratch, AttentionCall& call,
     args.add_mask =
         args.mask_kind == ATTNGEN_MASK_TENSOR_ADDITIVE ? &call.mask.buf : &views.add_mask.buf;
   }
+  if (opt.modifier != nullptr) {
+    for (int t = 0; t < kernel.modifier_tensors; ++t) {
+      args.modifier_tensors[t] = &call.modifier[t].buf;
+    }
+    for (int i = 0; i < ATTNGEN_MAX_MODIFIER_SCALARS; ++i) {
+      args.modifier_scalars[i] = opt.modifier->scalars[i];
+    }
+  }
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(call.dqk));
   args.softcap = opt.softcap;
   args.bottom_right = needs_bottom_right(opt.alignment, call.seq_q, call.kv_len, call.batch);
@@ -643,7 +719,7 @@ bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
     return false;
   }
   choice->kernel = select_or_convert(c, attention_query(call), call.opt.kernel, &choice->convert);
-  return choice->kernel != nullptr;
+  return choice->kernel != nullptr && prepare_modifier(c, call, *choice->kernel);
 }
 
 // Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing).
@@ -876,8 +952,12 @@ attngen_status layer_forward(CallMode mode, attngen_mha_layer* layer, const attn
 struct AttentionDescriptions {
   attngen_tensor q{}, k{}, v{}, out{}, kv_len{}, mask_tensor{}, layout{}, weights{}, lse{};
   attngen_attention_options opt{};
+  // The modifier (its name resolved into the plan's kernel's, which outlives the plan) and its
+  // tensors' descriptions.
+  attngen_modifier modifier{};
+  attngen_tensor modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]{};
 
-  void keep(const AttentionCall& call) {
+  void keep(const AttentionCall& call, const char* kernel_modifier) {
     q = *call.q;
     k = *call.k;
     v = *call.v;
@@ -897,12 +977,42 @@ struct AttentionDescriptions {
     for (attngen_tensor* t : {&q, &k, &v, &out, &kv_len, &mask_tensor, &layout, &weights, &lse}) {
       t->data = nullptr;
     }
+    if (call.opt.modifier != nullptr) {
+      modifier = *call.opt.modifier;
+      modifier.name = kernel_modifier;
+      for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
+        modifier.tensors[t] = copy(call.opt.modifier->tensors[t], modifier_tensors[t]);
+        modifier_tensors[t].data = nullptr;
+      }
+      opt.modifier = &modifier;
+    }
   }
 
   // The descriptions over one run's data, into `to` (whose option pointers point into it);
   // false (c says why) where the data gives a pointer for a tensor the plan does not have.
   bool over(Check& c, const attngen_attention_data& d, AttentionDescriptions& to) const {
     to = *this;
+    if (opt.modifier != nullptr) {
+      to.opt.modifier = &to.modifier;
+      for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
+        if (modifier.tensors[t] == nullptr && d.modifier_tensors[t] != nullptr) {
+          return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                        "data.modifier_tensors[" + std::to_string(t) +
+                            "] is set, but the plan's modifier has no such tensor");
+        }
+        if (modifier.tensors[t] != nullptr) {
+          to.modifier_tensors[t].data = const_cast<void*>(d.modifier_tensors[t]);
+          to.modifier.tensors[t] = &to.modifier_tensors[t];
+        }
+      }
+    } else {
+      for (const void* t : d.modifier_tensors) {
+        if (t != nullptr) {
+          return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                        "data.modifier_tensors is set, but the plan's call has no modifier");
+        }
+      }
+    }
     to.q.data = const_cast<void*>(d.q);
     to.k.data = const_cast<void*>(d.k);
     to.v.data = const_cast<void*>(d.v);
@@ -1041,7 +1151,7 @@ attngen_status attngen_attention_plan_create(const attngen_tensor* q, const attn
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
     return finish(c, nullptr);
   }
-  p->described.keep(call);
+  p->described.keep(call, choice.kernel->modifier);
   p->choice = choice;
   p->need = scratch.measured_need();
   p->bytes = scratch.bytes();
@@ -1075,7 +1185,9 @@ attngen_status attngen_attention_plan_run(const attngen_attention_plan* plan,
   CallScratch scratch(CallMode::kRun);
   scratch.set_planned_need(&plan->need);
   AttentionCall call{&run.q, &run.k, &run.v, &run.out, run.opt};
-  if (!validate_attention(c, scratch, call)) return finish(c, nullptr);
+  if (!validate_attention(c, scratch, call) || !prepare_modifier(c, call, *plan->choice.kernel)) {
+    return finish(c, nullptr);
+  }
   execute_attention(c, scratch, call, plan->choice);
   return finish(c, plan->choice.kernel);
 }

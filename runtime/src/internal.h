@@ -163,6 +163,7 @@ struct KernelQuery {
   bool softcap = false;
   attngen_pattern pattern{};
   bool weights = false, lse = false;
+  const char* modifier = "";  // the call's modifier's name (attngen_modifier), "" for none
   // The call's tensors' element types, matched against each kernel's descriptor (a call that
   // only a kernel of other dtypes fits fails with ATTNGEN_ERROR_DTYPE, naming the tensor).
   attngen_kernel_dtypes dtypes{ATTNGEN_F32, ATTNGEN_F32, ATTNGEN_F32,

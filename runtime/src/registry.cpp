@@ -216,6 +216,7 @@ std::string describe(const KernelQuery& q) {
   }
   if (q.weights) s += ", weights output";
   if (q.lse) s += ", log-sum-exp output";
+  if (*q.modifier != '\0') s += std::string(", modifier ") + q.modifier;
   return s;
 }
 
@@ -255,6 +256,9 @@ bool generic_fits(const attngen_kernel_info& k, const KernelQuery& q) {
 // Everything but the dtypes.
 bool fits_shape(const attngen_kernel_info& k, const KernelQuery& q) {
   if (k.op != q.op) return false;
+  // A modifier kernel serves the calls with its modifier, and only those (it needs its
+  // parameters).
+  if (std::strcmp(k.modifier != nullptr ? k.modifier : "", q.modifier) != 0) return false;
   if (q.op == ATTNGEN_OP_LINEAR) return true;
   if (k.generic) return generic_fits(k, q);
   if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;

@@ -140,6 +140,34 @@ attngen_pattern attngen_pattern_local(int32_t w);
  * outside. */
 int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i, int64_t j);
 
+/* ---- Modifiers: score and mask variants compiled into kernels (docs/semantics.md) ----
+ *
+ * A modifier is generated into kernels at build time (a variant's MODIFIER name:
+ * docs/variants.md, "Modifiers"); a call names it and gives its run-time parameters: its tensors
+ * in the modifier's order, each of the dtype and shape its layout declares in the call's dims
+ * (B, Hq, Hkv, Sq, Skv), and its f32 scalars. A score modifier maps each score s of (b, h, i, j)
+ * after the scale and the soft cap, before the masks; a mask modifier removes pairs as a mask
+ * does. A call with a modifier runs on a kernel generated with it (none built:
+ * ATTNGEN_ERROR_NO_KERNEL); parameters that do not match its layout are named errors, with
+ * nothing written. The library's (generator/modifiers/):
+ *  - "alibi": tensors slopes F32 [Hq] (attngen_alibi_slopes() gives the standard ones); scalar 0:
+ *    0 for s + m_h (j - p) (keys behind the query position p get a negative bias: causal
+ *    models), 1 for the symmetric s - m_h |j - p| (bidirectional ones). */
+#define ATTNGEN_MAX_MODIFIER_TENSORS 4
+#define ATTNGEN_MAX_MODIFIER_SCALARS 4
+
+typedef struct attngen_modifier {
+  const char* name; /* the modifier's name, as its kernels were generated with */
+  const attngen_tensor* tensors[ATTNGEN_MAX_MODIFIER_TENSORS]; /* its tensors; NULL past them */
+  float scalars[ATTNGEN_MAX_MODIFIER_SCALARS];                 /* its scalars; 0 past them */
+} attngen_modifier;
+
+/* The standard ALiBi slopes of `heads` heads into slopes[0 .. heads): 2^(-8 (h + 1) / H) for
+ * H a power of two; otherwise, with n the largest power of two below H, the n slopes of n heads
+ * followed by every other slope of 2n heads (the ALiBi paper's code, as BLOOM uses it).
+ * ATTNGEN_ERROR_NULL_POINTER, or ATTNGEN_ERROR_INVALID_ARGUMENT for heads < 1. */
+attngen_status attngen_alibi_slopes(int64_t heads, float* slopes);
+
 typedef struct attngen_attention_options {
   size_t struct_size;           /* sizeof(attngen_attention_options): the ABI rule above */
   float scale;                  /* 0: 1 / sqrt(Dqk) */
@@ -158,6 +186,7 @@ typedef struct attngen_attention_options {
    * fully masked rows). */
   attngen_tensor* weights;
   attngen_tensor* lse;
+  const attngen_modifier* modifier; /* optional: a modifier and its parameters (above) */
 } attngen_attention_options;
 
 /* struct_size set, no mask, bottom-right alignment, everything else 0 or NULL. */
@@ -194,7 +223,7 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
 typedef struct attngen_attention_plan attngen_attention_plan;
 
 /* The data of one run: each pointer where the plan's call had that tensor (the options' kv_len,
- * mask_tensor, pattern.layout, weights and lse), NULL where it had none. */
+ * mask_tensor, pattern.layout, weights, lse and the modifier's tensors), NULL where it had none. */
 typedef struct attngen_attention_data {
   size_t struct_size; /* sizeof(attngen_attention_data): the ABI rule above */
   const void* q;
@@ -206,6 +235,7 @@ typedef struct attngen_attention_data {
   const void* layout;
   void* weights;
   void* lse;
+  const void* modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]; /* the modifier's tensors' data */
 } attngen_attention_data;
 
 /* struct_size set, every pointer NULL. */

@@ -66,15 +66,20 @@ typedef struct attngen_kernel_args {
    * the kernel's P.V then multiplies as it is; 0 (always correct) masks V by the probabilities
    * first, so that keys a row does not attend never reach it (docs/semantics.md) */
   int32_t v_finite;
+  /* a modifier kernel (attngen_kernel_info::modifier): the modifier's tensors in its layout's
+   * order, then its scalars */
+  struct halide_buffer_t* modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS];
+  float modifier_scalars[ATTNGEN_MAX_MODIFIER_SCALARS];
 } attngen_kernel_args;
 
 /* The version of attngen_kernel_info and attngen_kernel_args (5: packed linear and mha weights,
  * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales; 7: an F16
  * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h; 8: an I8 cache's scales
- * by group, 16 K scales then 16 V scales). A descriptor carries the version and the struct size
+ * by group, 16 K scales then 16 V scales; 9: modifiers, their parameters in the arguments and
+ * their layout in the descriptor). A descriptor carries the version and the struct size
  * of the build that wrote it; the runtime refuses one from an incompatible build
  * (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 8
+#define ATTNGEN_KERNEL_ABI_VERSION 9
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the
@@ -82,6 +87,15 @@ typedef struct attngen_kernel_args {
 typedef struct attngen_kernel_dtypes {
   attngen_dtype q, k, v, out, mask, cache;
 } attngen_kernel_dtypes;
+
+/* One tensor of a modifier's layout (core/modifier.h): its name, dtype and shape, each
+ * dimension one of the call's (0 B, 1 Hq, 2 Hkv, 3 Sq, 4 Skv) or 5 (any extent). */
+typedef struct attngen_modifier_tensor_info {
+  const char* name;
+  attngen_dtype dtype;
+  int32_t rank;
+  int32_t dims[4];
+} attngen_modifier_tensor_info;
 
 /* A kernel, as its generator describes it (generator/variant_cli.cpp writes this next to each
  * kernel object): what the variant asked for and what the schedule resolved. */
@@ -130,6 +144,14 @@ typedef struct attngen_kernel_info {
   const char* tuning_class;
   const char* schedule;
   int (*run)(void* user_context, const attngen_kernel_args* args);
+  /* attention: the modifier generated in ("" none), whether it modifies scores and masks pairs,
+   * and the layout of its parameters (attngen_modifier) */
+  const char* modifier;
+  int32_t modifier_score, modifier_mask;
+  int32_t modifier_tensors;
+  attngen_modifier_tensor_info modifier_tensor[ATTNGEN_MAX_MODIFIER_TENSORS];
+  int32_t modifier_scalars;
+  const char* modifier_scalar[ATTNGEN_MAX_MODIFIER_SCALARS];
 } attngen_kernel_info;
 
 /* All kernels the runtime can dispatch to: registered ones first, then built-in ones. */

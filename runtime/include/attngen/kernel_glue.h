@@ -4,6 +4,7 @@
 #define ATTNGEN_KERNEL_GLUE_H_
 
 #include <tuple>
+#include <utility>
 
 #include "HalideRuntime.h"
 #include "attngen/kernel.h"
@@ -21,6 +22,24 @@ enum Feature : int {
   kPatternValues = 64,  // a generic pattern kernel: the pattern's parameters after them
   kKvScales = 128,      // a decode kernel over an I8 cache: its scales after v
 };
+
+// A modifier kernel's parameters before out (attention): `tensors` tensors, then `scalars`
+// scalars (attngen_kernel_info::modifier), in the features' bits 8-10 and 11-13.
+constexpr int modifier_features(int tensors, int scalars) { return tensors << 8 | scalars << 11; }
+constexpr int modifier_tensor_count(int features) { return (features >> 8) & 7; }
+constexpr int modifier_scalar_count(int features) { return (features >> 11) & 7; }
+
+template <size_t... T, size_t... S>
+auto modifier_args(const attngen_kernel_args* a, std::index_sequence<T...>,
+                   std::index_sequence<S...>) {
+  return std::make_tuple(a->modifier_tensors[T]..., a->modifier_scalars[S]...);
+}
+
+template <int Features>
+auto modifier_args(const attngen_kernel_args* a) {
+  return modifier_args(a, std::make_index_sequence<modifier_tensor_count(Features)>(),
+                       std::make_index_sequence<modifier_scalar_count(Features)>());
+}
 
 template <bool Present, typename T>
 auto optional_arg(T value) {
@@ -50,14 +69,15 @@ int call(void* uc, const attngen_kernel_args* a) {
                                optional_arg<(Features & kPatternValues) != 0>(p.block),
                                optional_arg<(Features & kPatternValues) != 0>(p.local),
                                optional_arg<(Features & kPatternValues) != 0>(p.global_tokens)),
-                std::make_tuple(a->out), optional_arg<(Features & kWeights) != 0>(a->weights),
+                modifier_args<Features>(a), std::make_tuple(a->out),
+                optional_arg<(Features & kWeights) != 0>(a->weights),
                 optional_arg<(Features & kLse) != 0>(a->lse)));
   } else if constexpr (Op == ATTNGEN_OP_ATTENTION) {
     return std::apply(Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->k, a->v, a->kv_len, a->scale,
                                                          a->softcap, a->bottom_right != 0),
                                          optional_arg<(Features & kMaskTensor) != 0>(a->mask),
                                          optional_arg<(Features & kLayout) != 0>(a->layout),
-                                         std::make_tuple(a->out),
+                                         modifier_args<Features>(a), std::make_tuple(a->out),
                                          optional_arg<(Features & kWeights) != 0>(a->weights),
                                          optional_arg<(Features & kLse) != 0>(a->lse)));
   } else if constexpr (Op == ATTNGEN_OP_LINEAR) {
@@ -86,9 +106,25 @@ int run(void* uc, const attngen_kernel_args* a) {
   if constexpr ((Features & kGpu) == 0) {
     return call<Op, Features, Fn>(uc, a);
   } else {
-    halide_buffer_t* const inputs[] = {
-        a->q,  a->k,    a->v,     a->kv_len, a->mask,      a->layout,   a->x,        a->w,
-        a->w2, a->bias, a->bias2, a->q_len,  a->bool_mask, a->add_mask, a->kv_scales};
+    halide_buffer_t* const inputs[] = {a->q,
+                                       a->k,
+                                       a->v,
+                                       a->kv_len,
+                                       a->mask,
+                                       a->layout,
+                                       a->x,
+                                       a->w,
+                                       a->w2,
+                                       a->bias,
+                                       a->bias2,
+                                       a->q_len,
+                                       a->bool_mask,
+                                       a->add_mask,
+                                       a->kv_scales,
+                                       a->modifier_tensors[0],
+                                       a->modifier_tensors[1],
+                                       a->modifier_tensors[2],
+                                       a->modifier_tensors[3]};
     halide_buffer_t* const outputs[] = {a->out, a->weights, a->lse};
     for (halide_buffer_t* in : inputs) {
       if (in != nullptr && in->device == 0) in->flags |= halide_buffer_flag_host_dirty;

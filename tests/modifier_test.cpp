@@ -1,0 +1,202 @@
+// Modifiers (attngen.h, "Modifiers"; docs/semantics.md): each library modifier on every CPU ISA
+// this build has and this machine runs, combined with the masks, key padding, grouped-query
+// heads, alignments, the soft cap and each dtype, against the float64 reference's own version of
+// it; its parameters' validation (named errors, nothing written); plans with a modifier.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attngen/attngen.h"
+#include "attngen/kernel.h"
+#include "tests/attention_tester.h"
+#include "tests/isas.h"
+
+namespace attngen::test {
+namespace {
+
+struct RestoreIsa {
+  ~RestoreIsa() { attngen_set_isa(nullptr); }
+};
+
+// The kernel the last call ran, which must have been generated with `modifier`.
+void expect_ran_modifier(const char* modifier) {
+  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
+  ASSERT_NE(k, nullptr) << attngen_last_kernel();
+  EXPECT_STREQ(k->modifier, modifier) << k->name;
+}
+
+TEST(Modifier, AlibiSlopesAreThePapers) {
+  for (int64_t heads : {1, 2, 3, 8, 12, 16, 20, 32, 40, 64, 96}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    std::vector<float> got(static_cast<size_t>(heads), -1.0f);
+    ASSERT_EQ(attngen_alibi_slopes(heads, got.data()), ATTNGEN_OK) << attngen_last_error();
+    const std::vector<double> want = reference_alibi_slopes(heads);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t h = 0; h < got.size(); ++h) {
+      EXPECT_NEAR(got[h], want[h], 1e-7 * want[h]) << "head " << h;
+    }
+  }
+  float one = 7.0f;
+  EXPECT_EQ(attngen_alibi_slopes(4, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_alibi_slopes(0, &one), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attngen_alibi_slopes(-3, &one), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(one, 7.0f);
+}
+
+// ALiBi with every run-time option of its kernels, on each CPU ISA.
+TEST(Modifier, AlibiOnEveryIsa) {
+  const std::vector<std::string> isas = runnable_cpu_isas();
+  if (isas.empty()) GTEST_SKIP() << "no CPU ISA of this build runs on this machine";
+  RestoreIsa restore;
+  for (const std::string& isa : isas) {
+    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
+    SCOPED_TRACE(isa);
+    const auto alibi = [](bool symmetric = false) {
+      AttentionTester t;
+      t.modifier("alibi", symmetric);
+      return t;
+    };
+    // Causal decoder shapes: bottom-right (a chunk of new queries over a longer context), one
+    // query over a cache, top-left, key padding, GQA.
+    alibi().batch(2).heads(4, 4).seq(37, 53).head_dim(64).causal().Test();
+    expect_ran_modifier("alibi");
+    alibi().batch(1).heads(8, 2).seq(1, 200).head_dim(128).causal().Test();
+    alibi().batch(1).heads(3, 1).seq(70, 70).head_dim(72).causal().top_left().Test();
+    alibi().batch(3).heads(2, 1).seq(40, 61).head_dim(48).causal().kv_len({61, 0, 17}).Test();
+    // Bidirectional (the symmetric form), padding, long enough for several key blocks.
+    alibi(true).batch(2).heads(4, 2).seq(129, 300).head_dim(64).kv_len({300, 151}).Test();
+    alibi(true).batch(1).heads(2, 2).seq(19, 27).head_dim(96, 64).Test();
+    // With the soft cap (applied first), an additive mask (after), a bool mask, and the other
+    // dtypes (converted to the f32 kernel).
+    alibi().batch(1).heads(2, 1).seq(33, 33).head_dim(64).causal().softcap(5.0f).Test();
+    alibi(true).batch(2).heads(2, 2).seq(17, 29).head_dim(64).additive_mask({1, 2, 1, 29}).Test();
+    alibi().batch(2).heads(2, 2).seq(17, 29).head_dim(64).bool_mask({2, 1, 17, 29}).Test();
+    for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      alibi().batch(1).heads(4, 2).seq(25, 40).head_dim(64).causal().dtype(d).Test();
+    }
+    // The standard slopes, at a head count that is no power of two.
+    AttentionTester().modifier("alibi", false, true).heads(12, 12).seq(50, 50).causal().Test();
+  }
+}
+
+// A small f32 call with ALiBi whose parameters a test then breaks.
+struct AlibiCall {
+  Storage q{{1, 5, 2, 16}, 0}, k{{1, 7, 2, 16}, 0}, v{{1, 7, 2, 16}, 0}, out{{1, 5, 2, 16}, 0};
+  Storage slopes{{2}, 0};
+  attngen_modifier modifier{};
+  attngen_attention_options opt = attngen_attention_options_default();
+  AlibiCall() {
+    std::mt19937_64 rng(fresh_seed());
+    for (Storage* t : {&q, &k, &v, &slopes}) t->fill_random(rng, -1.0, 1.0);
+    modifier.name = "alibi";
+    modifier.tensors[0] = &slopes.t;
+    opt.modifier = &modifier;
+  }
+  attngen_status run() { return attngen_attention(&q.t, &k.t, &v.t, &out.t, &opt); }
+};
+
+TEST(Modifier, BadParametersAreNamedErrorsWithNothingWritten) {
+  {
+    AlibiCall c;
+    ASSERT_EQ(c.run(), ATTNGEN_OK) << attngen_last_error();  // the call as it is runs
+  }
+  struct Case {
+    const char* what;
+    attngen_status want;
+    void (*breaks)(AlibiCall&);
+  };
+  static Storage wrong_shape({3}, 0), rank2({1, 2}, 0);
+  static Tensor<Half> half({2}, 0);
+  const Case cases[] = {
+      {"name NULL", ATTNGEN_ERROR_NULL_POINTER, [](AlibiCall& c) { c.modifier.name = nullptr; }},
+      {"unknown modifier", ATTNGEN_ERROR_NO_KERNEL,
+       [](AlibiCall& c) { c.modifier.name = "no_such_modifier"; }},
+      {"slopes missing", ATTNGEN_ERROR_NULL_POINTER,
+       [](AlibiCall& c) { c.modifier.tensors[0] = nullptr; }},
+      {"slopes of Hq + 1", ATTNGEN_ERROR_SHAPE,
+       [](AlibiCall& c) { c.modifier.tensors[0] = &wrong_shape.t; }},
+      {"slopes of rank 2", ATTNGEN_ERROR_RANK,
+       [](AlibiCall& c) { c.modifier.tensors[0] = &rank2.t; }},
+      {"slopes in F16", ATTNGEN_ERROR_DTYPE, [](AlibiCall& c) { c.modifier.tensors[0] = &half.t; }},
+      {"slopes' data NULL", ATTNGEN_ERROR_NULL_POINTER,
+       [](AlibiCall& c) { c.slopes.t.data = nullptr; }},
+      {"a second tensor", ATTNGEN_ERROR_INVALID_ARGUMENT,
+       [](AlibiCall& c) { c.modifier.tensors[1] = &c.slopes.t; }},
+      {"a second scalar", ATTNGEN_ERROR_INVALID_ARGUMENT,
+       [](AlibiCall& c) { c.modifier.scalars[1] = 1.0f; }},
+      {"a NaN scalar", ATTNGEN_ERROR_INVALID_ARGUMENT,
+       [](AlibiCall& c) { c.modifier.scalars[0] = std::nanf(""); }},
+      {"out over the slopes", ATTNGEN_ERROR_ALIAS,
+       [](AlibiCall& c) { c.slopes.t.data = c.out.buf.data() + 3; }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    AlibiCall c;
+    k.breaks(c);
+    EXPECT_EQ(c.run(), k.want) << attngen_last_error();
+    EXPECT_NE(std::strlen(attngen_last_error()), 0u);
+    EXPECT_TRUE(c.out.all_poison()) << "an output was written";
+  }
+  // A plain call runs no modifier kernel, and a modifier call no plain one.
+  AlibiCall plain;
+  plain.opt.modifier = nullptr;
+  ASSERT_EQ(plain.run(), ATTNGEN_OK) << attngen_last_error();
+  expect_ran_modifier("");
+  AlibiCall named;
+  named.opt.kernel = attngen_last_kernel();
+  EXPECT_NE(named.run(), ATTNGEN_OK) << "a kernel without the modifier ran a call with it";
+}
+
+TEST(Modifier, PlanRunsEqualCalls) {
+  AlibiCall c;
+  attngen_attention_plan* plan = nullptr;
+  ASSERT_EQ(attngen_attention_plan_create(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt, &plan),
+            ATTNGEN_OK)
+      << attngen_last_error();
+  EXPECT_STREQ(attngen_find_kernel(attngen_attention_plan_kernel(plan))->modifier, "alibi");
+  std::mt19937_64 rng(fresh_seed());
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    for (Storage* t : {&c.q, &c.k, &c.v, &c.slopes}) t->fill_random(rng, -1.0, 1.0);
+    ASSERT_EQ(c.run(), ATTNGEN_OK) << attngen_last_error();
+    const std::vector<float> want = c.out.buf;
+    Storage planned_out({1, 5, 2, 16}, 0);
+    attngen_attention_data d = attngen_attention_data_default();
+    d.q = c.q.buf.data();
+    d.k = c.k.buf.data();
+    d.v = c.v.buf.data();
+    d.out = planned_out.buf.data();
+    d.modifier_tensors[0] = c.slopes.buf.data();
+    ASSERT_EQ(attngen_attention_plan_run(plan, &d), ATTNGEN_OK) << attngen_last_error();
+    EXPECT_EQ(std::memcmp(planned_out.buf.data(), want.data(), want.size() * sizeof(float)), 0);
+    // The modifier's tensor is the run's data: missing is NULL, one too many is refused.
+    d.modifier_tensors[0] = nullptr;
+    Storage untouched({1, 5, 2, 16}, 0);
+    d.out = untouched.buf.data();
+    EXPECT_EQ(attngen_attention_plan_run(plan, &d), ATTNGEN_ERROR_NULL_POINTER);
+    d.modifier_tensors[0] = c.slopes.buf.data();
+    d.modifier_tensors[1] = c.slopes.buf.data();
+    EXPECT_EQ(attngen_attention_plan_run(plan, &d), ATTNGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(untouched.all_poison());
+  }
+  attngen_attention_plan_destroy(plan);
+  // A plan without a modifier refuses a run that gives a modifier tensor.
+  c.opt.modifier = nullptr;
+  ASSERT_EQ(attngen_attention_plan_create(&c.q.t, &c.k.t, &c.v.t, &c.out.t, &c.opt, &plan),
+            ATTNGEN_OK);
+  attngen_attention_data d = attngen_attention_data_default();
+  d.q = c.q.buf.data();
+  d.k = c.k.buf.data();
+  d.v = c.v.buf.data();
+  d.out = c.out.buf.data();
+  d.modifier_tensors[2] = c.slopes.buf.data();
+  EXPECT_EQ(attngen_attention_plan_run(plan, &d), ATTNGEN_ERROR_INVALID_ARGUMENT);
+  attngen_attention_plan_destroy(plan);
+}
+
+}  // namespace
+}  // namespace attngen::test
