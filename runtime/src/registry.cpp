@@ -160,9 +160,10 @@ bool better_tile(const attngen_kernel_info& k, const attngen_kernel_info& best,
   return k.query_tile > best.query_tile;
 }
 
-// Whether k is preferred to best, both fitting the call.
-bool better(const attngen_kernel_info& k, const attngen_kernel_info& best, const KernelQuery& q) {
-  if (isa_rank(k) != isa_rank(best)) return isa_rank(k) > isa_rank(best);
+// Whether k is preferred to best, both fitting the call, their ISAs of those ranks (isa_rank).
+bool better(const attngen_kernel_info& k, int k_rank, const attngen_kernel_info& best,
+            int best_rank, const KernelQuery& q) {
+  if (k_rank != best_rank) return k_rank > best_rank;
   // A specialised kernel before a generic one; among generic ones the least padding, then the
   // one without an extra output the call does not ask for.
   if (k.generic != best.generic) return !k.generic;
@@ -258,7 +259,11 @@ bool fits_shape(const attngen_kernel_info& k, const KernelQuery& q) {
   if (k.op != q.op) return false;
   // A modifier kernel serves the calls with its modifier, and only those (it needs its
   // parameters).
-  if (std::strcmp(k.modifier != nullptr ? k.modifier : "", q.modifier) != 0) return false;
+  // (Most kernels and calls have none: no string comparison then, on every kernel of a scan.)
+  const char* km = k.modifier != nullptr ? k.modifier : "";
+  if (km[0] != q.modifier[0] || (km[0] != '\0' && std::strcmp(km, q.modifier) != 0)) {
+    return false;
+  }
   if (q.op == ATTNGEN_OP_LINEAR) return true;
   if (k.generic) return generic_fits(k, q);
   if (k.head_dim_qk != q.head_dim_qk || k.mask != q.mask) return false;
@@ -337,23 +342,32 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
   bool unsupported_fit = false;
   const KernelList kernels = kernel_list();
   const attngen_kernel_info* other_dtypes = nullptr;  // fits all but the call's dtypes
+  int best_rank = -1;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const attngen_kernel_info* k = kernels[i];
     if (!fits_shape(*k, query)) continue;
-    if (forced != nullptr ? !admitted(k->isa, forced) : isa_rank(*k) < 0) {
+    // (The dtypes before the ISA's rank, a look-up by name: one kernel of other dtypes is
+    // enough for the error below.)
+    const bool dtypes_fit = fits(*k, query);
+    if (!dtypes_fit && other_dtypes != nullptr) continue;
+    const int rank = isa_rank(*k);
+    if (forced != nullptr ? !admitted(k->isa, forced) : rank < 0) {
       continue;  // a GPU kernel copies host buffers each call: used only when asked for
     }
     // (Only kernels of an admitted ISA make a dtype error: a call whose ISA has no kernel at all
     // is NO_KERNEL, even where another ISA has one of other dtypes.)
-    if (!fits(*k, query)) {
-      if (other_dtypes == nullptr) other_dtypes = k;
+    if (!dtypes_fit) {
+      other_dtypes = k;
       continue;
     }
     if (!attngen_kernel_supported(k)) {
       unsupported_fit = true;
       continue;
     }
-    if (best == nullptr || better(*k, *best, query)) best = k;
+    if (best == nullptr || better(*k, rank, *best, best_rank, query)) {
+      best = k;
+      best_rank = rank;
+    }
   }
   if (best == nullptr) {
     if (other_dtypes != nullptr && !unsupported_fit) {
