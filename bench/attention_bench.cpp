@@ -655,13 +655,27 @@ void register_generic_price() {
   }
 }
 
-// ALiBi (a causal decoder's, B1 H16 D128, S 1024 and 4096) four ways, as
-// modifier/alibi/<shape>/<way>: "modifier", the alibi modifier's kernel; "additive", the same
+// ALiBi (a causal decoder's, B1 H16 D128, S 1024 and 4096) five ways, as
+// modifier/alibi/<shape>/<way>: "modifier", the alibi modifier on the kernel dispatch picks (the
+// specialised one); "modifier_generic", on the generic D128 alibi kernel; "additive", the same
 // bias as an additive [1, H, 1, S] mask of m_h * j (the key-position form: it differs from
 // m_h (j - p) by a constant per row, which the softmax cancels); "plain", causal attention
-// without the bias on the kernel dispatch picks; "plain_generic", that on the generic kernel of
-// the modifier's head-dim bucket and ISA (the modifier kernel's own base).
-enum class AlibiWay { kModifier, kAdditive, kPlain, kPlainGeneric };
+// without the bias on the kernel dispatch picks; "plain_generic", that on the generic D128
+// kernel. Each against the same ISA (this run's).
+enum class AlibiWay { kModifier, kModifierGeneric, kAdditive, kPlain, kPlainGeneric };
+
+// The generic D128 attention kernel of this run's ISA with that modifier ("" none), or nullptr.
+const attngen_kernel_info* generic_d128(const char* modifier) {
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_ATTENTION && k->generic && k->head_dim_qk == 128 && !k->weights &&
+        !k->lse && k->pattern.kind == ATTNGEN_PATTERN_NONE && !std::strcmp(k->modifier, modifier) &&
+        !std::strcmp(k->isa, attngen_isa())) {
+      return k;
+    }
+  }
+  return nullptr;
+}
 
 void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   constexpr int64_t B = 1, H = 16, D = 128;
@@ -684,19 +698,16 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   m.tensors[0] = &ts;
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
-  if (way == AlibiWay::kModifier) opt.modifier = &m;
+  const bool modifier = way == AlibiWay::kModifier || way == AlibiWay::kModifierGeneric;
+  if (modifier) opt.modifier = &m;
   if (way == AlibiWay::kAdditive) opt.mask_tensor = &tb;
-  std::string generic_name;
-  if (way == AlibiWay::kPlainGeneric) {
-    attngen_attention_options probe = opt;
-    probe.modifier = &m;
-    if (attngen_attention(&tq, &tk, &tv, &to, &probe) != ATTNGEN_OK) {
-      state.SkipWithError(attngen_last_error());
+  if (way == AlibiWay::kModifierGeneric || way == AlibiWay::kPlainGeneric) {
+    const attngen_kernel_info* k = generic_d128(modifier ? "alibi" : "");
+    if (k == nullptr) {
+      state.SkipWithError("no generic D128 kernel of this ISA");
       return;
     }
-    generic_name = attngen_last_kernel();
-    generic_name.replace(generic_name.find("_mod_alibi"), 10, "");
-    opt.kernel = generic_name.c_str();
+    opt.kernel = k->name;
   }
   attngen_attention_plan* plan = nullptr;
   if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
@@ -708,7 +719,7 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   data.k = k.data();
   data.v = v.data();
   data.out = o.data();
-  if (way == AlibiWay::kModifier) data.modifier_tensors[0] = slopes.data();
+  if (modifier) data.modifier_tensors[0] = slopes.data();
   if (way == AlibiWay::kAdditive) data.mask_tensor = bias.data();
   for (auto _ : state) {
     if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
@@ -723,6 +734,7 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
 
 void register_alibi() {
   const std::pair<const char*, AlibiWay> ways[] = {{"modifier", AlibiWay::kModifier},
+                                                   {"modifier_generic", AlibiWay::kModifierGeneric},
                                                    {"additive", AlibiWay::kAdditive},
                                                    {"plain", AlibiWay::kPlain},
                                                    {"plain_generic", AlibiWay::kPlainGeneric}};

@@ -67,6 +67,9 @@ set(ATTNGEN_VARIANTS
     # Modifiers (docs/variants.md, "Modifiers"): the library's on a generic kernel each (head
     # dims up to 128, the masks, the soft cap and the alignment at run time).
     "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi"
+    # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
+    # "Modifiers".
+    "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"
     # Generic inspection kernels: the attention weights and log-sum-exp of any call up to D128.
     "OP attention HEAD_DIM 128 GENERIC WEIGHTS LSE"
     "OP attention HEAD_DIM 128 GENERIC PATTERN window WEIGHTS LSE"
