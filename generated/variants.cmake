@@ -67,6 +67,7 @@ set(ATTNGEN_VARIANTS
     # Modifiers (docs/variants.md, "Modifiers"): the library's on a generic kernel each (head
     # dims up to 128, the masks, the soft cap and the alignment at run time).
     "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER document"
     # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
     # "Modifiers".
     "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"

@@ -324,7 +324,8 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   // The variant's modifier: a score modifier after the scale and the soft cap, before the masks;
   // a mask modifier as one more mask (generator/modifier.h).
   if (in.modifier != nullptr) {
-    const ModifierIndex at{b, h, clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q};
+    const ModifierIndex at{
+        b, h, clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q, in.seq_q, in.seq_kv};
     if (in.modifier->score) s = in.modifier->score(s, at, in.modifier_params);
     if (in.modifier->mask) attend = attend && in.modifier->mask(at, in.modifier_params);
   }

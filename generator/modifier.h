@@ -14,10 +14,11 @@
 
 namespace attngen {
 
-// Where a score sits: batch b, query head h, query row i, key j, and the query's position p (i
-// plus the alignment's offset, docs/semantics.md); heads_q the call's Hq.
+// Where a score sits: batch b, query head h, query row i, key j (both within the call's
+// extents), and the query's position p (i plus the alignment's offset, docs/semantics.md: it may
+// lie outside [0, Skv)); the call's Hq, Sq and Skv.
 struct ModifierIndex {
-  Halide::Expr b, h, i, j, p, heads_q;
+  Halide::Expr b, h, i, j, p, heads_q, seq_q, seq_kv;
 };
 
 // A modifier's run-time parameters in its layout's order: its tensors as Funcs over their

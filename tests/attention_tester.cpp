@@ -53,6 +53,8 @@ struct AttentionTester::Call {
   attngen_modifier modifier{};
   std::string modifier_name;
   Storage slopes;
+  std::vector<int32_t> ids;
+  attngen_tensor t_ids{};
   attngen_attention_options opt = attngen_attention_options_default();
   // The same configuration for the reference, and what it computes besides the output.
   RefAttention ref;
@@ -217,6 +219,32 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     c.modifier_name = kernel->modifier;
   }
   if (c.modifier_name.empty()) return;
+  c.modifier.name = c.modifier_name.c_str();
+  c.opt.modifier = &c.modifier;
+  if (c.modifier_name == "document") {
+    // Documents of 1 to Skv / 3 + 1 tokens, packed one after another, ids counting up.
+    std::uniform_int_distribution<int64_t> length(1, skv_ / 3 + 1);
+    c.ids.resize(static_cast<size_t>(batch_ * skv_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      int32_t id = 0;
+      for (int64_t j = 0, left = length(rng); j < skv_; ++j, --left) {
+        if (left == 0) {
+          ++id;
+          left = length(rng);
+        }
+        c.ids[static_cast<size_t>(b * skv_ + j)] = id;
+      }
+    }
+    const int64_t shape[2] = {batch_, skv_};
+    c.t_ids = attngen_tensor_contiguous(c.ids.data(), ATTNGEN_I32, 2, shape);
+    c.modifier.tensors[0] = &c.t_ids;
+    const std::vector<int32_t> ids = c.ids;
+    const int64_t skv = skv_;
+    c.ref.mask_mod = [ids, skv](int64_t b, int64_t, int64_t p, int64_t j) {
+      return reference_document_attends(ids.data() + b * skv, skv, p, j);
+    };
+    return;
+  }
   ASSERT_EQ(c.modifier_name, "alibi") << "no reference for modifier " << c.modifier_name;
   c.slopes.init({hq_}, 0);
   if (standard_slopes_) {
@@ -232,10 +260,8 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     c.slopes.fill_random(rng, -0.3, 0.6);
   }
   const bool symmetric = symmetric_;
-  c.modifier.name = c.modifier_name.c_str();
   c.modifier.tensors[0] = &c.slopes.t;
   c.modifier.scalars[0] = symmetric ? 1.0f : 0.0f;
-  c.opt.modifier = &c.modifier;
   const std::vector<double> slopes = c.slopes.dense();
   c.ref.score_mod = [slopes, symmetric](double x, int64_t, int64_t h, int64_t p, int64_t j) {
     return reference_alibi(x, slopes[static_cast<size_t>(h)], p, j, symmetric);

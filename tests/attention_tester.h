@@ -129,8 +129,9 @@ class AttentionTester {
   }
   // A library modifier (attngen.h, "Modifiers") with fresh random parameters, checked against
   // the reference's own implementation of it: "alibi" (random slopes, or the standard ones of
-  // attngen_alibi_slopes() with standard_slopes; the symmetric form with symmetric). Test(kernel)
-  // of a modifier kernel takes the kernel's modifier.
+  // attngen_alibi_slopes() with standard_slopes; the symmetric form with symmetric), "document"
+  // (each sequence packed with documents of random lengths, some of 1). Test(kernel) of a
+  // modifier kernel takes the kernel's modifier.
   AttentionTester& modifier(std::string name, bool symmetric = false,
                             bool standard_slopes = false) {
     modifier_ = std::move(name);

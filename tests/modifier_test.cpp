@@ -22,6 +22,20 @@ struct RestoreIsa {
   ~RestoreIsa() { attngen_set_isa(nullptr); }
 };
 
+// Runs `body` with dispatch restricted to each CPU ISA this build has and this machine runs.
+template <typename Body>
+void on_every_cpu_isa(Body body) {
+  const std::vector<std::string> isas = runnable_cpu_isas();
+  if (isas.empty()) GTEST_SKIP() << "no CPU ISA of this build runs on this machine";
+  RestoreIsa restore;
+  for (const std::string& isa : isas) {
+    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
+    SCOPED_TRACE(isa);
+    body();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // The kernel the last call ran, which must have been generated with `modifier`.
 void expect_ran_modifier(const char* modifier) {
   const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
@@ -49,12 +63,7 @@ TEST(Modifier, AlibiSlopesAreThePapers) {
 
 // ALiBi with every run-time option of its kernels, on each CPU ISA.
 TEST(Modifier, AlibiOnEveryIsa) {
-  const std::vector<std::string> isas = runnable_cpu_isas();
-  if (isas.empty()) GTEST_SKIP() << "no CPU ISA of this build runs on this machine";
-  RestoreIsa restore;
-  for (const std::string& isa : isas) {
-    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
-    SCOPED_TRACE(isa);
+  on_every_cpu_isa([] {
     const auto alibi = [](bool symmetric = false) {
       AttentionTester t;
       t.modifier("alibi", symmetric);
@@ -80,7 +89,29 @@ TEST(Modifier, AlibiOnEveryIsa) {
     }
     // The standard slopes, at a head count that is no power of two.
     AttentionTester().modifier("alibi", false, true).heads(12, 12).seq(50, 50).causal().Test();
-  }
+  });
+}
+
+// Document masking (a mask modifier) with the run-time options of its kernel, on each CPU ISA:
+// packed sequences with and without causal, GQA, padding, a chunk of queries over a longer
+// context (their positions index the ids), the other dtypes.
+TEST(Modifier, DocumentOnEveryIsa) {
+  on_every_cpu_isa([] {
+    const auto document = [] {
+      AttentionTester t;
+      t.modifier("document");
+      return t;
+    };
+    document().batch(2).heads(4, 4).seq(90, 90).head_dim(64).causal().Test();
+    expect_ran_modifier("document");
+    document().batch(2).heads(4, 2).seq(200, 200).head_dim(128).Test();
+    document().batch(1).heads(2, 1).seq(17, 140).head_dim(72).causal().Test();
+    document().batch(3).heads(2, 2).seq(65, 65).head_dim(32).causal().kv_len({65, 1, 30}).Test();
+    document().batch(1).heads(2, 2).seq(40, 40).head_dim(64).causal().top_left().Test();
+    for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      document().batch(1).heads(2, 2).seq(33, 33).head_dim(64).causal().dtype(d).Test();
+    }
+  });
 }
 
 // A small f32 call with ALiBi whose parameters a test then breaks.

@@ -42,6 +42,7 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
           if (p.causal) ok = ok && j <= offset + i;
           if (p.keep) ok = ok && p.keep(b, h, i, j);
           if (p.pattern) ok = ok && p.pattern(offset + i, i, j);
+          if (p.mask_mod) ok = ok && p.mask_mod(b, h, offset + i, j);
           // An additive mask value at or below -1e29 (-inf included) masks its key
           // (docs/semantics.md): the key is not attended, whatever its score would be.
           if (p.add && p.add(b, h, i, j) <= kAdditiveMaskBelow) ok = false;
@@ -245,6 +246,11 @@ std::vector<double> reference_alibi_slopes(int64_t heads) {
     slopes.push_back(twice[static_cast<size_t>(k)]);
   }
   return slopes;
+}
+
+bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_t j) {
+  const int64_t query = p < 0 ? 0 : p >= n ? n - 1 : p;
+  return ids[query] == ids[j];
 }
 
 double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmetric) {

@@ -38,6 +38,9 @@ struct RefAttention {
   // A score modifier, (s, b, h, p, j) -> s, after the scale and soft cap and before the masks
   // (docs/semantics.md, "Modifiers"); the reference's own below (reference_alibi).
   std::function<double(double, int64_t, int64_t, int64_t, int64_t)> score_mod;
+  // A mask modifier, (b, h, p, j) -> attend (docs/semantics.md, "Modifiers"); the reference's
+  // own below (reference_document_attends).
+  std::function<bool(int64_t, int64_t, int64_t, int64_t)> mask_mod;
   std::vector<double>* weights = nullptr;  // if set: P, dense [B, Hq, Sq, Skv]
   std::vector<double>* lse = nullptr;      // if set: row log-sum-exp, dense [B, Hq, Sq]
   // If set: the output computed with |V|, sum_j P_ij |V_jd|, dense like the output. The size of
@@ -72,6 +75,10 @@ bool reference_pattern_attends(const RefPattern& s, int64_t pos, int64_t i, int6
 // modified score s + m (j - p), or s - m |j - p| where symmetric.
 std::vector<double> reference_alibi_slopes(int64_t heads);
 double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmetric);
+
+// Document masking: the query at position p (clamped to [0, n)) attends key j of the same
+// document, ids[p] == ids[j], ids one sequence's n document ids.
+bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_t j);
 
 // y = x w^T + bias; x [B, S, E] dense, w [N, E], bias [N] or empty. Returns [B, S, N].
 std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows, int64_t e,

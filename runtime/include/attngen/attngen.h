@@ -152,7 +152,10 @@ int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i
  * nothing written. The library's (generator/modifiers/):
  *  - "alibi": tensors slopes F32 [Hq] (attngen_alibi_slopes() gives the standard ones); scalar 0:
  *    0 for s + m_h (j - p) (keys behind the query position p get a negative bias: causal
- *    models), 1 for the symmetric s - m_h |j - p| (bidirectional ones). */
+ *    models), 1 for the symmetric s - m_h |j - p| (bidirectional ones).
+ *  - "document" (a mask): tensors ids I32 [B, Skv], the document of each key position of a
+ *    packed sequence; a query at position p attends the keys j with ids[b][j] == ids[b][p] (p
+ *    clamped to [0, Skv)); with the causal mask, causal inside each document. */
 #define ATTNGEN_MAX_MODIFIER_TENSORS 4
 #define ATTNGEN_MAX_MODIFIER_SCALARS 4
 
