@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/modifier.h"
 #include "runtime/src/internal.h"
 #include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
@@ -502,7 +503,9 @@ bool prepare_modifier(Check& c, AttentionCall& call, const attngen_kernel_info& 
   if (m == nullptr) return true;
   const std::string who = std::string("modifier ") + m->name;
   const int64_t extent[] = {call.batch, call.heads_q, call.heads_kv, call.seq_q, call.seq_kv};
-  static const char* const kDimNames[] = {"B", "Hq", "Hkv", "Sq", "Skv", "any"};
+  const auto dim_name = [](int32_t d) {  // a descriptor's code, any value read safely
+    return modifier_dim_name(static_cast<ModifierDim>(std::clamp(d, 0, 5)));
+  };
   for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
     const attngen_tensor* tensor = m->tensors[t];
     if (t >= kernel.modifier_tensors) {
@@ -516,7 +519,7 @@ bool prepare_modifier(Check& c, AttentionCall& call, const attngen_kernel_info& 
     const attngen_modifier_tensor_info& info = kernel.modifier_tensor[t];
     const std::string name = who + "'s " + info.name;
     const char* dims[4];
-    for (int d = 0; d < info.rank; ++d) dims[d] = kDimNames[std::clamp(info.dims[d], 0, 5)];
+    for (int d = 0; d < info.rank; ++d) dims[d] = dim_name(info.dims[d]);
     const TensorSpec spec{name.c_str(), info.dtype, info.rank, dims};
     if (tensor == nullptr) {
       return c.fail(ATTNGEN_ERROR_NULL_POINTER,
@@ -526,7 +529,7 @@ bool prepare_modifier(Check& c, AttentionCall& call, const attngen_kernel_info& 
     for (int d = 0; d < info.rank; ++d) {
       if (info.dims[d] >= 0 && info.dims[d] < 5 &&
           !check_dim(c, *tensor, spec, d, extent[info.dims[d]],
-                     (std::string(kDimNames[info.dims[d]]) + " of the call").c_str())) {
+                     (std::string(dim_name(info.dims[d])) + " of the call").c_str())) {
         return false;
       }
     }
