@@ -790,6 +790,25 @@ bool run_paired(benchmark::State& state, Direct direct, Planned planned) {
   return true;
 }
 
+// The benchmark loop of one way: direct, planned, the unplanned call, or paired (run_paired).
+template <typename Direct, typename Planned, typename Call>
+void run_through(benchmark::State& state, Through through, Direct direct, Planned planned,
+                 Call call) {
+  if (through == Through::kPaired) {
+    if (!run_paired(state, direct, planned)) state.SkipWithError(attngen_last_error());
+    return;
+  }
+  for (auto _ : state) {
+    const bool ok = through == Through::kDirect    ? direct()
+                    : through == Through::kPlanned ? planned()
+                                                   : call();
+    if (!ok) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+}
+
 // A Halide view of a dense tensor (dims innermost first).
 struct DirectView {
   halide_buffer_t buf{};
@@ -846,20 +865,8 @@ void overhead_attention(benchmark::State& state, Through through) {
   data.out = o.data();
   const auto direct = [&] { return kernel->run(nullptr, &args) == 0; };
   const auto planned = [&] { return attngen_attention_plan_run(plan, &data) == ATTNGEN_OK; };
-  if (through == Through::kPaired) {
-    if (!run_paired(state, direct, planned)) state.SkipWithError(attngen_last_error());
-  } else {
-    for (auto _ : state) {
-      const bool ok = through == Through::kDirect ? direct()
-                      : through == Through::kPlanned
-                          ? planned()
-                          : attngen_attention(&tq, &tk, &tv, &to, &opt) == ATTNGEN_OK;
-      if (!ok) {
-        state.SkipWithError(attngen_last_error());
-        break;
-      }
-    }
-  }
+  run_through(state, through, direct, planned,
+              [&] { return attngen_attention(&tq, &tk, &tv, &to, &opt) == ATTNGEN_OK; });
   state.SetLabel(kernel->name);
   attngen_attention_plan_destroy(plan);
 }
@@ -923,20 +930,8 @@ void overhead_decode(benchmark::State& state, Through through) {
   data.out = o.data();
   const auto direct = [&] { return kernel->run(nullptr, &args) == 0; };
   const auto planned = [&] { return attngen_decode_plan_run(plan, cache, 0, &data) == ATTNGEN_OK; };
-  if (through == Through::kPaired) {
-    if (!run_paired(state, direct, planned)) state.SkipWithError(attngen_last_error());
-  } else {
-    for (auto _ : state) {
-      const bool ok = through == Through::kDirect ? direct()
-                      : through == Through::kPlanned
-                          ? planned()
-                          : attngen_decode(&tq, cache, 0, &to, nullptr) == ATTNGEN_OK;
-      if (!ok) {
-        state.SkipWithError(attngen_last_error());
-        break;
-      }
-    }
-  }
+  run_through(state, through, direct, planned,
+              [&] { return attngen_decode(&tq, cache, 0, &to, nullptr) == ATTNGEN_OK; });
   state.SetLabel(kernel->name);
   attngen_decode_plan_destroy(plan);
   attngen_kv_cache_destroy(cache);
