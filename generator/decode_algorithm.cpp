@@ -60,10 +60,10 @@ Expr cached_as_f32(const Expr& x, const DecodeSpec& spec) {
 //    either sign or an infinity is above every finite value (before, a separate pass summed the
 //    weights to find it: 0.98 of the time without that pass, bench/RESULTS.md, "Every call's thread
 //    count read once").
-void define_i8_pv(DecodeFuncs& f, int block, const Expr& block_keys, const Expr& v_finite,
-                  const Expr& dv, bool generic, bool int8_dot) {
+void define_i8_pv(DecodeFuncs& f, int block, const Expr& v_finite, const Expr& dv, bool generic,
+                  bool int8_dot) {
   const Var &d = f.d, &s = f.s, &r = f.r, &hk = f.hk, &b = f.b, &kb = f.kb;
-  f.rquad = RDom(0, block_keys / kI8DotBytes, 0, kI8DotBytes, "rquad");
+  f.rquad = RDom(0, f.block_keys / kI8DotBytes, 0, kI8DotBytes, "rquad");
   const Expr quad = f.rquad.x, lane = f.rquad.y;
   // (A generic kernel's head dim past the cache's reads its last element again: those lanes'
   // results are never output.)
@@ -306,8 +306,7 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.block_sum = stats.block_sum;
   f.block_pv = stats.block_pv;
   if (quantised && block % kSlotGroup == 0) {
-    define_i8_pv(f, block, f.block_keys, in.v_finite, dv_stored, spec.generic,
-                 spec.int8_dot == Int8Dot::kU8ByI8);
+    define_i8_pv(f, block, in.v_finite, dv_stored, spec.generic, spec.int8_dot == Int8Dot::kU8ByI8);
   }
   // An f16 or bf16 cache: P.V with the block's keys taken as (group of the block, slot of the
   // group), so that a key's V, a row of its group's V part, is indexed without a division of the
