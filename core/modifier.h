@@ -1,7 +1,7 @@
 // Modifiers (docs/semantics.md, "Modifiers"): what a modifier declares of itself, Halide-free, so
 // that the generator, the kernels' descriptors and the runtime read one layout. A score modifier
 // maps (s, b, h, i, j) to a new score after the scale and the soft cap; a mask modifier says
-// whether (b, h, i, j) may attend. Its run-time parameters are tensors, each of one dtype and a
+// whether (b, h, i, j) may attend; a sink logit z_h joins every row's softmax denominator. Its run-time parameters are tensors, each of one dtype and a
 // shape in the call's dims, and f32 scalars, passed by name order (attngen_modifier). The
 // expressions live with the algorithm (generator/modifier.h); the library's modifiers each in
 // their own file (generator/modifiers/).
@@ -36,6 +36,7 @@ struct ModifierLayout {
   const char* name = "";  // in variants (MODIFIER name), kernel names and attngen_modifier
   bool score = false;     // has a score modifier
   bool mask = false;      // has a mask modifier
+  bool sink = false;      // has a sink logit (a term of every row's softmax denominator)
   int tensors = 0;
   ModifierTensor tensor[kMaxModifierTensors];
   int scalars = 0;

@@ -68,6 +68,9 @@ set(ATTNGEN_VARIANTS
     # dims up to 128, the masks, the soft cap and the alignment at run time).
     "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi"
     "OP attention HEAD_DIM 128 GENERIC MODIFIER document"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit"
     # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
     # "Modifiers".
     "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"

@@ -96,6 +96,20 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
     visit = visit && pattern_visits(spec.pattern, first_position, last_position, first_row,
                                     first_key, first_key + (block - 1), layout_lookup(in));
   }
+  if (in.modifier != nullptr) {
+    ModifierBlock mb;
+    mb.b = b;
+    mb.h = h;
+    mb.query_tile_index = qt;
+    mb.key_block_index = rb;
+    mb.query_tile = tile;
+    mb.key_block = block;
+    mb.offset = offset;
+    mb.heads_q = in.heads_q;
+    mb.seq_q = in.seq_q;
+    mb.seq_kv = in.seq_kv;
+    visit = visit && modifier_block_visit(*in.modifier, mb, in.modifier_params, &f.modifier_stages);
+  }
   f.rb.where(visit);
 
   const KeyBlockStats stats =
@@ -111,7 +125,11 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
   f.rh = stats.rh;
 
   f.state = Func(spec.part + "state");
-  f.state(d, qi, qt, h, b) = initial_softmax_state();
+  if (in.modifier != nullptr && in.modifier->sink) {
+    f.state(d, qi, qt, h, b) = sink_softmax_state(in.modifier->sink(h, in.modifier_params));
+  } else {
+    f.state(d, qi, qt, h, b) = initial_softmax_state();
+  }
   Expr row = qt * tile + qi;
   const SoftmaxState merged = online_merge(
       {f.state(d, qi, qt, h, b)[0], f.state(d, qi, qt, h, b)[1], f.state(d, qi, qt, h, b)[2]},
@@ -437,8 +455,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   }
   Expr row = first_row + qi;
 
+  // A modifier's sink logit: one more term of the row's max and sum (sink_softmax_state).
+  Expr sink;
+  if (in.modifier != nullptr && in.modifier->sink) {
+    sink = in.modifier->sink(h, in.modifier_params);
+  }
   f.row_max = Func(spec.part + "row_max");
-  f.row_max(qi, qt, h, b) = kMaskedScore;
+  f.row_max(qi, qt, h, b) = sink.defined() ? sink_softmax_state(sink)[1] : Expr(kMaskedScore);
   f.row_max(qi, qt, h, b) = max(f.row_max(qi, qt, h, b), f.scores(key, row, h, b));
 
   // A fully masked row has a masked max: use 0, so every term flushes to exactly 0.
@@ -450,7 +473,13 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
                             : softmax_exp(f.scores(j, i, h, b) - m_safe, spec.native_exp);
 
   f.row_sum = Func(spec.part + "row_sum");
-  f.row_sum(qi, qt, h, b) = 0.0f;
+  if (sink.defined()) {
+    const Expr sink_max = sink_softmax_state(sink)[1];
+    f.row_sum(qi, qt, h, b) = select(is_masked(sink_max), 0.0f,
+                                     softmax_exp(sink_max - f.row_max(qi, qt, h, b)));
+  } else {
+    f.row_sum(qi, qt, h, b) = 0.0f;
+  }
   if (spec.bf16_pairs) {
     // P rounded to bf16 once, for P.V and for the row sum alike (the normalisation then matches
     // the weights P.V used).

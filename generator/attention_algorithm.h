@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "Halide.h"
 #include "core/pattern.h"
@@ -186,6 +187,9 @@ struct AttentionFuncs {
   // sum at Dv + 1.
   std::shared_ptr<AttentionFuncs> classes;
   Halide::Func class_rows;
+  // The modifier's stages (generator/modifier.h, Modifier::visit): computed once per call,
+  // before the attention.
+  std::vector<Halide::Func> modifier_stages;
 };
 
 AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs& in);

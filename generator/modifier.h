@@ -28,6 +28,28 @@ struct ModifierParams {
   std::vector<Halide::Expr> scalars;
 };
 
+// A (query tile, key block) pair of a key-block kernel (generator/attention_algorithm.h): batch
+// b and query head h (points), the tile's query_tile rows from query_tile_index * query_tile, at
+// positions offset + row, and the block's key_block keys from key_block_index * key_block. The
+// last tile and block may pass Sq - 1 and Skv - 1 (those rows are never read, those keys never
+// attended). b is the enclosing Func's Var: offset is in terms of it, and a modifier's stages may
+// be defined over it.
+struct ModifierBlock {
+  Halide::Var b;
+  Halide::Expr h;
+  Halide::Expr query_tile_index, key_block_index;
+  int query_tile = 1, key_block = 1;
+  Halide::Expr offset;
+  Halide::Expr heads_q, seq_q, seq_kv;
+
+  Halide::Expr first_row() const { return query_tile_index * query_tile; }
+  Halide::Expr last_row() const { return first_row() + (query_tile - 1); }
+  Halide::Expr first_position() const { return offset + first_row(); }
+  Halide::Expr last_position() const { return offset + last_row(); }
+  Halide::Expr first_key() const { return key_block_index * key_block; }
+  Halide::Expr last_key() const { return first_key() + (key_block - 1); }
+};
+
 struct Modifier {
   ModifierLayout layout;
   // The score after the modifier (layout.score), whether the pair may attend (layout.mask).
@@ -35,7 +57,24 @@ struct Modifier {
                              const ModifierParams&)>
       score;
   std::function<Halide::Expr(const ModifierIndex&, const ModifierParams&)> mask;
+  // A mask modifier's block test (optional): whether some pair of the block may attend, false
+  // only where none does; kernels skip the blocks it rules out. It may define stages, Funcs that
+  // the schedule computes once per call before the attention (per-block ranges of a tensor, say),
+  // and add them to `stages`. Without it, modifier_block_visit derives the test from `mask`.
+  std::function<Halide::Expr(const ModifierBlock&, const ModifierParams&,
+                             std::vector<Halide::Func>* stages)>
+      visit;
+  // A sink logit (layout.sink): the logit z_h of query head h that joins every row's softmax
+  // denominator, exp(z_h) + sum_j exp(s_j), as a key no value belongs to.
+  std::function<Halide::Expr(const Halide::Expr& h, const ModifierParams&)> sink;
 };
+
+// Whether some pair of `block` may attend under the modifier's mask: its own block test, or
+// else one derived from its mask by interval arithmetic over the block's rows, positions and
+// keys (tensor reads at indices that do not vary over the block are single values; reads that
+// do are unknown, and the pair may attend). True for a modifier without a mask.
+Halide::Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
+                                  const ModifierParams& params, std::vector<Halide::Func>* stages);
 
 // Adds a modifier to the generator's registry (at static initialisation: ATTNGEN_MODIFIER);
 // throws on a name given twice or a layout that does not match its functions.

@@ -249,6 +249,12 @@ KeyBlockStats define_key_block_stats(const Func& scores, const Func& v, int bloc
 
 Tuple initial_softmax_state() { return Tuple(0.0f, kMaskedScore, 0.0f); }
 
+Tuple sink_softmax_state(const Expr& z) {
+  // (A NaN logit is kept: its rows become NaN.)
+  const Expr none = z <= kMaskedScore;
+  return Tuple(0.0f, select(none, kMaskedScore, z), select(none, 0.0f, 1.0f));
+}
+
 SoftmaxState online_merge(const SoftmaxState& running, const SoftmaxState& block, bool native_exp) {
   const Expr &m = running.max, &bmax = block.max;
   Expr e = softmax_exp(-abs(m - bmax), native_exp);

@@ -134,6 +134,9 @@ struct SoftmaxState {
 
 // The state before any block: Tuple(acc 0, max kMaskedScore, sum 0).
 Halide::Tuple initial_softmax_state();
+// The state before any block with a sink logit z (a term of the denominator no value belongs
+// to): Tuple(acc 0, max z, sum 1), or the state above where z is -inf (or masked).
+Halide::Tuple sink_softmax_state(const Halide::Expr& z);
 
 // FlashAttention's merge of a key block into the running state, under the larger max: the
 // larger side weighs 1 and the other exp(-|difference|), one exp per element; a side with

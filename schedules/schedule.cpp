@@ -253,6 +253,9 @@ void schedule_attention(AttentionFuncs f, const AttentionSpec& spec, const Halid
   if (autoscheduled) return;  // the generator's estimates drive the autoscheduler
   const TargetInfo info = target_info(target);
   schedule_attention_for(f, spec, info, tunables);
+  // A modifier's stages (per-block ranges of its tensors, say): small, once per call, on the CPU
+  // (a CUDA kernel's modifier tensors are host buffers too).
+  for (Halide::Func stage : f.modifier_stages) stage.compute_root();
   schedule_v_scan(f, info);
   specialise_pv(f, spec);
   if (f.classes) specialise_pv(*f.classes, strided_class_spec(spec));

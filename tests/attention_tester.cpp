@@ -245,6 +245,45 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     };
     return;
   }
+  if (c.modifier_name == "prefix") {
+    // Prefixes of 0 to past Skv keys, the edges (none, all) included.
+    std::uniform_int_distribution<int32_t> length(0, static_cast<int32_t>(skv_ + 2));
+    c.ids.resize(static_cast<size_t>(batch_));
+    for (int32_t& x : c.ids) x = length(rng);
+    if (batch_ > 1) c.ids[0] = 0;
+    if (batch_ > 2) c.ids[1] = static_cast<int32_t>(skv_);
+    c.t_ids = attngen_tensor_contiguous(c.ids.data(), ATTNGEN_I32, 1, &batch_);
+    c.modifier.tensors[0] = &c.t_ids;
+    const std::vector<int32_t> lengths = c.ids;
+    c.ref.mask_mod = [lengths](int64_t b, int64_t, int64_t p, int64_t j) {
+      return reference_prefix_attends(lengths[static_cast<size_t>(b)], p, j);
+    };
+    return;
+  }
+  if (c.modifier_name == "sinks") {
+    // 0 to 5 sinks (past a short sequence too) and a window of -1 (none) to about Skv / 2,
+    // given as non-integral values half the time (they round down).
+    std::uniform_int_distribution<int> sinks(0, 5), window(-1, static_cast<int>(skv_ / 2 + 1));
+    std::bernoulli_distribution fraction(0.5);
+    const float n = static_cast<float>(sinks(rng)) + (fraction(rng) ? 0.75f : 0.0f);
+    const float w = static_cast<float>(window(rng)) + (fraction(rng) ? 0.5f : 0.0f);
+    c.modifier.scalars[0] = n;
+    c.modifier.scalars[1] = w;
+    c.ref.mask_mod = [n, w](int64_t, int64_t, int64_t p, int64_t j) {
+      return reference_sinks_attends(n, w, p, j);
+    };
+    return;
+  }
+  if (c.modifier_name == "sink_logit") {
+    // Logits around the scores' range, one head's -inf (no sink).
+    c.slopes.init({hq_}, 0);
+    c.slopes.fill_random(rng, -2.0, 3.0);
+    if (hq_ > 1) c.slopes.buf[0] = -std::numeric_limits<float>::infinity();
+    c.modifier.tensors[0] = &c.slopes.t;
+    const std::vector<double> logits = c.slopes.dense();
+    c.ref.sink_logit = [logits](int64_t h) { return logits[static_cast<size_t>(h)]; };
+    return;
+  }
   ASSERT_EQ(c.modifier_name, "alibi") << "no reference for modifier " << c.modifier_name;
   c.slopes.init({hq_}, 0);
   if (standard_slopes_) {

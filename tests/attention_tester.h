@@ -130,8 +130,10 @@ class AttentionTester {
   // A library modifier (attngen.h, "Modifiers") with fresh random parameters, checked against
   // the reference's own implementation of it: "alibi" (random slopes, or the standard ones of
   // attngen_alibi_slopes() with standard_slopes; the symmetric form with symmetric), "document"
-  // (each sequence packed with documents of random lengths, some of 1). Test(kernel) of a
-  // modifier kernel takes the kernel's modifier.
+  // (each sequence packed with documents of random lengths, some of 1), "prefix" (per batch a
+  // prefix of 0 to Skv + 2 keys), "sinks" (0 to 5 sinks, a window of none to Skv / 2, fractional
+  // values among them), "sink_logit" (logits in [-2, 3], the first head's -inf). Test(kernel) of
+  // a modifier kernel takes the kernel's modifier.
   AttentionTester& modifier(std::string name, bool symmetric = false,
                             bool standard_slopes = false) {
     modifier_ = std::move(name);

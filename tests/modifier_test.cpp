@@ -111,6 +111,74 @@ TEST(Modifier, DocumentOnEveryIsa) {
     for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
       document().batch(1).heads(2, 2).seq(33, 33).head_dim(64).causal().dtype(d).Test();
     }
+    // Long enough that tiles skip the key blocks of other documents (generator/modifiers/
+    // document.cpp), a chunk of queries over a long context among them.
+    document().batch(2).heads(2, 1).seq(700, 700).head_dim(64).causal().Test();
+    document().batch(1).heads(2, 2).seq(520, 520).head_dim(128).Test();
+    document().batch(2).heads(2, 2).seq(90, 600).head_dim(64).causal().kv_len({600, 333}).Test();
+  });
+}
+
+// Prefix-LM on each CPU ISA: prefixes of none, some, all and past the sequence, per batch; long
+// enough that tiles skip the blocks past their diagonal and the prefix; bottom- and top-left
+// alignment, padding, GQA, the other dtypes.
+TEST(Modifier, PrefixOnEveryIsa) {
+  on_every_cpu_isa([] {
+    const auto prefix = [] {
+      AttentionTester t;
+      t.modifier("prefix");
+      return t;
+    };
+    prefix().batch(3).heads(4, 2).seq(300, 300).head_dim(64).Test();
+    expect_ran_modifier("prefix");
+    prefix().batch(3).heads(2, 2).seq(40, 257).head_dim(128).kv_len({257, 100, 0}).Test();
+    prefix().batch(2).heads(2, 1).seq(70, 70).head_dim(80).top_left().Test();
+    for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      prefix().batch(2).heads(2, 2).seq(33, 33).head_dim(64).dtype(d).Test();
+    }
+  });
+}
+
+// Sinks (StreamingLLM) on each CPU ISA: with causal and without, sinks and windows of random
+// sizes (fractional ones among them), a sequence long enough that tiles skip the blocks between
+// the sinks and their window, a chunk of queries over a longer context, padding, GQA.
+TEST(Modifier, SinksOnEveryIsa) {
+  on_every_cpu_isa([] {
+    const auto sinks = [] {
+      AttentionTester t;
+      t.modifier("sinks");
+      return t;
+    };
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      sinks().batch(1).heads(2, 1).seq(600, 600).head_dim(64).causal().Test();
+    }
+    expect_ran_modifier("sinks");
+    sinks().batch(2).heads(4, 2).seq(130, 130).head_dim(128).Test();
+    sinks().batch(2).heads(2, 2).seq(50, 400).head_dim(64).causal().kv_len({400, 77}).Test();
+    sinks().batch(1).heads(2, 2).seq(90, 90).head_dim(48).causal().top_left().Test();
+    sinks().batch(1).heads(2, 1).seq(40, 40).head_dim(64).causal().dtype(ATTNGEN_BF16).Test();
+  });
+}
+
+// A learned sink logit per head on each CPU ISA: with causal and without, rows that attend
+// nothing (kv_len 0: the output stays 0), a head without a sink (-inf), the soft cap, a mask
+// tensor, several key blocks, the other dtypes.
+TEST(Modifier, SinkLogitOnEveryIsa) {
+  on_every_cpu_isa([] {
+    const auto sink = [] {
+      AttentionTester t;
+      t.modifier("sink_logit");
+      return t;
+    };
+    sink().batch(2).heads(8, 2).seq(1, 300).head_dim(64).causal().Test();
+    expect_ran_modifier("sink_logit");
+    sink().batch(3).heads(4, 4).seq(37, 53).head_dim(128).causal().kv_len({53, 0, 20}).Test();
+    sink().batch(1).heads(4, 1).seq(150, 150).head_dim(64).Test();
+    sink().batch(1).heads(2, 2).seq(33, 33).head_dim(64).causal().softcap(20.0f).Test();
+    sink().batch(2).heads(2, 2).seq(17, 29).head_dim(64).bool_mask({2, 1, 17, 29}).Test();
+    for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      sink().batch(1).heads(4, 2).seq(25, 40).head_dim(64).causal().dtype(d).Test();
+    }
   });
 }
 

@@ -59,11 +59,18 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
           m = std::max(m, x);
           any = true;
         }
+        // A sink logit is one more term of the max and the sum, with no value.
+        const double z = p.sink_logit ? p.sink_logit(h) : ninf;
+        const bool sink = std::isnan(z) || z > ninf;
+        if (sink) {
+          if (std::isnan(z)) nan = true;
+          m = std::max(m, z);
+        }
         // A fully masked row, or one whose scores are all -inf: output 0. A NaN score makes
         // every exp(s - max), the sum and so the row NaN, as IEEE arithmetic does.
-        if (!any || (!nan && m == ninf)) continue;
+        if ((!any && !sink) || (!nan && m == ninf)) continue;
         if (nan) m = std::numeric_limits<double>::quiet_NaN();
-        double sum = 0.0;
+        double sum = sink ? std::exp(z - m) : 0.0;
         for (int64_t j = 0; j < Skv; ++j) {
           if (!attend[static_cast<size_t>(j)]) continue;
           s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
@@ -251,6 +258,14 @@ std::vector<double> reference_alibi_slopes(int64_t heads) {
 bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_t j) {
   const int64_t query = p < 0 ? 0 : p >= n ? n - 1 : p;
   return ids[query] == ids[j];
+}
+
+bool reference_prefix_attends(int64_t length, int64_t p, int64_t j) { return j < length || j <= p; }
+
+bool reference_sinks_attends(float sinks, float window, int64_t p, int64_t j) {
+  const double n = std::floor(static_cast<double>(sinks));
+  const double w = std::floor(static_cast<double>(window));
+  return static_cast<double>(j) < n || w < 0.0 || static_cast<double>(p - j) <= w;
 }
 
 double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmetric) {

@@ -41,6 +41,9 @@ struct RefAttention {
   // A mask modifier, (b, h, p, j) -> attend (docs/semantics.md, "Modifiers"); the reference's
   // own below (reference_document_attends).
   std::function<bool(int64_t, int64_t, int64_t, int64_t)> mask_mod;
+  // A sink logit per query head, h -> z_h (docs/semantics.md, "Modifiers"): one more term
+  // exp(z_h) of every row's softmax denominator; -inf adds nothing.
+  std::function<double(int64_t)> sink_logit;
   std::vector<double>* weights = nullptr;  // if set: P, dense [B, Hq, Sq, Skv]
   std::vector<double>* lse = nullptr;      // if set: row log-sum-exp, dense [B, Hq, Sq]
   // If set: the output computed with |V|, sum_j P_ij |V_jd|, dense like the output. The size of
@@ -79,6 +82,15 @@ double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmet
 // Document masking: the query at position p (clamped to [0, n)) attends key j of the same
 // document, ids[p] == ids[j], ids one sequence's n document ids.
 bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_t j);
+
+// Prefix-LM: key j is attended by the query at position p where it lies in the sequence's
+// prefix of `length` keys or at or before p.
+bool reference_prefix_attends(int64_t length, int64_t p, int64_t j);
+
+// Sinks (StreamingLLM): key j is attended by the query at position p where it is one of the first
+// `sinks` keys, or within the left window p - window <= j (a negative window: every key); both
+// parameters are f32 values rounded down to whole keys.
+bool reference_sinks_attends(float sinks, float window, int64_t p, int64_t j);
 
 // y = x w^T + bias; x [B, S, E] dense, w [N, E], bias [N] or empty. Returns [B, S, N].
 std::vector<double> reference_linear(const std::vector<double>& x, int64_t rows, int64_t e,

@@ -2,10 +2,32 @@
 // keys of its own document, doc[b, p] == doc[b, j], with the document ids of the packed sequence
 // a tensor [B, Skv] and p the query's position (clamped to the sequence). With the causal mask,
 // causal inside each document.
+//
+// Blocks are classified per call: each key block's and each query tile's smallest and largest
+// id (two small stages, one pass over the ids); a tile visits the blocks whose id ranges meet its
+// own, so a packed batch costs about the pairs inside its documents.
+#include <limits>
+
 #include "generator/modifier.h"
 
 namespace attngen {
 namespace {
+
+using Halide::Expr;
+using Halide::Func;
+
+// (first, count) of ids' values: Tuple(min, max) over the indices first + r, r < count, clamped
+// into the sequence.
+Func id_range(const Func& ids, const Halide::Var& x, const Halide::Var& b, const Expr& first,
+              int count, const Expr& seq_kv, const std::string& name) {
+  Halide::RDom r(0, count, name + "_r");
+  Func range(name);
+  range(x, b) = Halide::Tuple(std::numeric_limits<int32_t>::max(),
+                              std::numeric_limits<int32_t>::min());
+  const Expr id = ids(Halide::clamp(first + r, 0, seq_kv - 1), b);
+  range(x, b) = Halide::Tuple(Halide::min(range(x, b)[0], id), Halide::max(range(x, b)[1], id));
+  return range;
+}
 
 Modifier document() {
   Modifier m;
@@ -14,8 +36,21 @@ Modifier document() {
   m.layout.tensors = 1;
   m.layout.tensor[0] = {"ids", DType::kI32, 2, {ModifierDim::kB, ModifierDim::kSkv}};
   m.mask = [](const ModifierIndex& at, const ModifierParams& p) {
-    const Halide::Func& ids = p.tensors[0];  // (j, b)
+    const Func& ids = p.tensors[0];  // (j, b)
     return ids(at.j, at.b) == ids(Halide::clamp(at.p, 0, at.seq_kv - 1), at.b);
+  };
+  m.visit = [](const ModifierBlock& at, const ModifierParams& p, std::vector<Func>* stages) {
+    const Func& ids = p.tensors[0];
+    Halide::Var x("document_x");
+    const Func keys = id_range(ids, x, at.b, x * at.key_block, at.key_block, at.seq_kv,
+                               "document_key_ids");
+    const Func rows = id_range(ids, x, at.b, at.offset + x * at.query_tile, at.query_tile,
+                               at.seq_kv, "document_row_ids");
+    stages->push_back(keys);
+    stages->push_back(rows);
+    const auto key = [&](int e) { return keys(at.key_block_index, at.b)[e]; };
+    const auto row = [&](int e) { return rows(at.query_tile_index, at.b)[e]; };
+    return key(0) <= row(1) && row(0) <= key(1);
   };
   return m;
 }
