@@ -664,12 +664,14 @@ void register_generic_price() {
 // kernel. Each against the same ISA (this run's).
 enum class AlibiWay { kModifier, kModifierGeneric, kAdditive, kPlain, kPlainGeneric };
 
-// The generic D128 attention kernel of this run's ISA with that modifier ("" none), or nullptr.
-const attngen_kernel_info* generic_d128(const char* modifier) {
+// The generic f32 attention kernel of head dim `head_dim` of this run's ISA with that modifier
+// ("" none), or nullptr.
+const attngen_kernel_info* generic_kernel(int32_t head_dim, const char* modifier) {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op == ATTNGEN_OP_ATTENTION && k->generic && k->head_dim_qk == 128 && !k->weights &&
-        !k->lse && k->pattern.kind == ATTNGEN_PATTERN_NONE && !std::strcmp(k->modifier, modifier) &&
+    if (k->op == ATTNGEN_OP_ATTENTION && k->generic && k->head_dim_qk == head_dim &&
+        k->dtypes.q == ATTNGEN_F32 && !k->weights && !k->lse &&
+        k->pattern.kind == ATTNGEN_PATTERN_NONE && !std::strcmp(k->modifier, modifier) &&
         !std::strcmp(k->isa, attngen_isa())) {
       return k;
     }
@@ -702,7 +704,7 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   if (modifier) opt.modifier = &m;
   if (way == AlibiWay::kAdditive) opt.mask_tensor = &tb;
   if (way == AlibiWay::kModifierGeneric || way == AlibiWay::kPlainGeneric) {
-    const attngen_kernel_info* k = generic_d128(modifier ? "alibi" : "");
+    const attngen_kernel_info* k = generic_kernel(128, modifier ? "alibi" : "");
     if (k == nullptr) {
       state.SkipWithError("no generic D128 kernel of this ISA");
       return;
@@ -746,6 +748,201 @@ void register_alibi() {
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
+  }
+}
+
+// T5's relative position bias (an encoder's: bidirectional, 32 buckets, reach 128; B1 H16 D64,
+// S 1024 and 4096) three ways, as modifier/t5_bias/<shape>/<way>: "modifier", the t5_bias
+// modifier (a [32, H] table); "additive", the same bias materialised as an F32 additive mask
+// [1, H, S, S], as a caller without the modifier passes it (1 GiB at S 4096); "plain_generic",
+// the generic D64 kernel without a bias. Counter `bias_bytes`: what each way reads of the bias.
+enum class T5Way { kModifier, kAdditive, kPlainGeneric };
+
+void t5(benchmark::State& state, int64_t S, T5Way way) {
+  constexpr int64_t B = 1, H = 16, D = 64, kBuckets = 32;
+  std::vector<float> q = random_vector(B * S * H * D, 1), k = random_vector(q.size(), 2);
+  std::vector<float> v = random_vector(q.size(), 3), o(q.size());
+  std::vector<float> table = random_vector(kBuckets * H, 4);
+  const int64_t shape[] = {B, S, H, D}, table_shape[] = {kBuckets, H};
+  attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
+  attngen_tensor tt = attngen_tensor_contiguous(table.data(), ATTNGEN_F32, 2, table_shape);
+  attngen_modifier m{};
+  m.name = "t5_bias";
+  m.tensors[0] = &tt;
+  m.scalars[0] = 1.0f;
+  m.scalars[1] = 128.0f;
+  attngen_attention_options opt = attngen_attention_options_default();
+  std::vector<float> bias;
+  attngen_tensor tb{};
+  if (way == T5Way::kModifier) opt.modifier = &m;
+  if (way == T5Way::kAdditive) {
+    // The buckets as Hugging Face's _relative_position_bucket gives them (bidirectional, 32, 128).
+    std::vector<int> bucket(static_cast<size_t>(2 * S - 1));
+    for (int64_t rel = -(S - 1); rel < S; ++rel) {
+      const int64_t n = rel < 0 ? -rel : rel;
+      int64_t b = rel > 0 ? 16 : 0;
+      b += n < 8 ? n
+                 : std::min<int64_t>(15, 8 + static_cast<int64_t>(std::log(n / 8.0) /
+                                                                  std::log(16.0) * 8.0));
+      bucket[static_cast<size_t>(rel + S - 1)] = static_cast<int>(b);
+    }
+    bias.resize(static_cast<size_t>(H * S * S));
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < S; ++i) {
+        for (int64_t j = 0; j < S; ++j) {
+          bias[static_cast<size_t>((h * S + i) * S + j)] =
+              table[static_cast<size_t>(bucket[static_cast<size_t>(j - i + S - 1)] * H + h)];
+        }
+      }
+    }
+    const int64_t bias_shape[] = {1, H, S, S};
+    tb = attngen_tensor_contiguous(bias.data(), ATTNGEN_F32, 4, bias_shape);
+    opt.mask_tensor = &tb;
+  }
+  if (way == T5Way::kPlainGeneric) {
+    const attngen_kernel_info* kernel = generic_kernel(64, "");
+    if (kernel == nullptr) {
+      state.SkipWithError("no generic D64 kernel of this ISA");
+      return;
+    }
+    opt.kernel = kernel->name;
+  }
+  attngen_attention_plan* plan = nullptr;
+  if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  attngen_attention_data data = attngen_attention_data_default();
+  data.q = q.data();
+  data.k = k.data();
+  data.v = v.data();
+  data.out = o.data();
+  if (way == T5Way::kModifier) data.modifier_tensors[0] = table.data();
+  if (way == T5Way::kAdditive) data.mask_tensor = bias.data();
+  for (auto _ : state) {
+    if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(attngen_attention_plan_kernel(plan));
+  state.counters["bias_bytes"] = static_cast<double>(
+      way == T5Way::kModifier ? table.size() * 4 : way == T5Way::kAdditive ? bias.size() * 4 : 0);
+  set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, false));
+  attngen_attention_plan_destroy(plan);
+}
+
+void register_t5() {
+  const std::pair<const char*, T5Way> ways[] = {{"modifier", T5Way::kModifier},
+                                                {"additive", T5Way::kAdditive},
+                                                {"plain_generic", T5Way::kPlainGeneric}};
+  for (const int64_t S : {1024, 4096}) {
+    for (const auto& [name, way] : ways) {
+      benchmark::RegisterBenchmark(
+          ("modifier/t5_bias/B1_H16_S" + std::to_string(S) + "_D64/" + name).c_str(), t5, S, way)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+// A packed batch (document masking, causal inside each document): 8 documents of 64 to 1024
+// tokens (3328 in all), B1 H16 D128, as modifier/document/<shape>/<way>: "modifier", the packed
+// sequence with the document modifier (its kernel skips the key blocks of other documents);
+// "dense", causal attention over the whole packed sequence on the kernel dispatch picks;
+// "dense_generic", that on the generic D128 kernel; "separate", each document a causal call of
+// its own. Counter `pairs`: the (query, key) pairs each way attends, for times per pair.
+enum class DocumentWay { kModifier, kDense, kDenseGeneric, kSeparate };
+
+void documents(benchmark::State& state, DocumentWay way) {
+  constexpr int64_t H = 16, D = 128;
+  const int64_t lengths[] = {64, 128, 192, 256, 384, 512, 768, 1024};
+  int64_t S = 0, pairs = 0;
+  for (int64_t n : lengths) {
+    S += n;
+    pairs += n * (n + 1) / 2;
+  }
+  std::vector<float> q = random_vector(S * H * D, 1), k = random_vector(q.size(), 2);
+  std::vector<float> v = random_vector(q.size(), 3), o(q.size());
+  std::vector<int32_t> ids;
+  for (int32_t d = 0; d < 8; ++d) ids.insert(ids.end(), static_cast<size_t>(lengths[d]), d);
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  attngen_modifier m{};
+  const int64_t id_shape[] = {1, S};
+  attngen_tensor tids = attngen_tensor_contiguous(ids.data(), ATTNGEN_I32, 2, id_shape);
+  m.name = "document";
+  m.tensors[0] = &tids;
+  if (way == DocumentWay::kModifier) opt.modifier = &m;
+  if (way == DocumentWay::kDenseGeneric) {
+    const attngen_kernel_info* kernel = generic_kernel(128, "");
+    if (kernel == nullptr) {
+      state.SkipWithError("no generic D128 kernel of this ISA");
+      return;
+    }
+    opt.kernel = kernel->name;
+  }
+  // One plan per call: the whole sequence, or each document (its rows of the packed tensors).
+  std::vector<attngen_attention_plan*> plans;
+  std::vector<attngen_attention_data> runs;
+  std::vector<int64_t> parts;
+  if (way == DocumentWay::kSeparate) {
+    parts.assign(std::begin(lengths), std::end(lengths));
+  } else {
+    parts = {S};
+  }
+  int64_t start = 0;
+  for (int64_t n : parts) {
+    const int64_t shape[] = {1, n, H, D};
+    float* rows[4] = {q.data(), k.data(), v.data(), o.data()};
+    attngen_tensor t[4];
+    for (int x = 0; x < 4; ++x) {
+      t[x] = attngen_tensor_contiguous(rows[x] + start * H * D, ATTNGEN_F32, 4, shape);
+    }
+    attngen_attention_plan* plan = nullptr;
+    if (attngen_attention_plan_create(&t[0], &t[1], &t[2], &t[3], &opt, &plan) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      for (attngen_attention_plan* p : plans) attngen_attention_plan_destroy(p);
+      return;
+    }
+    plans.push_back(plan);
+    attngen_attention_data data = attngen_attention_data_default();
+    data.q = t[0].data;
+    data.k = t[1].data;
+    data.v = t[2].data;
+    data.out = t[3].data;
+    if (way == DocumentWay::kModifier) data.modifier_tensors[0] = ids.data();
+    runs.push_back(data);
+    start += n;
+  }
+  for (auto _ : state) {
+    for (size_t c = 0; c < plans.size(); ++c) {
+      if (attngen_attention_plan_run(plans[c], &runs[c]) != ATTNGEN_OK) {
+        state.SkipWithError(attngen_last_error());
+        break;
+      }
+    }
+  }
+  state.SetLabel(attngen_attention_plan_kernel(plans.back()));
+  state.counters["pairs"] = static_cast<double>(
+      way == DocumentWay::kModifier || way == DocumentWay::kSeparate ? pairs : S * (S + 1) / 2);
+  for (attngen_attention_plan* p : plans) attngen_attention_plan_destroy(p);
+}
+
+void register_documents() {
+  const std::pair<const char*, DocumentWay> ways[] = {{"modifier", DocumentWay::kModifier},
+                                                      {"dense", DocumentWay::kDense},
+                                                      {"dense_generic", DocumentWay::kDenseGeneric},
+                                                      {"separate", DocumentWay::kSeparate}};
+  for (const auto& [name, way] : ways) {
+    benchmark::RegisterBenchmark(
+        (std::string("modifier/document/B1_H16_8docs_64-1024_D128_causal/") + name).c_str(),
+        documents, way)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
 }
 
@@ -1050,6 +1247,8 @@ int main(int argc, char** argv) {
   }
   register_generic_price();
   register_alibi();
+  register_documents();
+  register_t5();
   register_overhead();
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);

@@ -5,7 +5,9 @@ Runs attngen_bench's modifier/<name>/<shape>/<way> benchmarks (bench/attention_b
 `--rounds` processes; in each, every way of a shape runs seconds apart, so each ratio is taken
 within one process (the machine's drift cancels). Prints each round's times and the median,
 quartiles and range of the ratios: modifier / plain, modifier / additive (the bias as a mask
-tensor) and, on the generic kernels, modifier_generic / plain_generic.
+tensor), on the generic kernels modifier_generic / plain_generic (modifier / plain_generic where
+the modifier is on a generic kernel only), and for a packed batch
+(--modifier document) per attended pair modifier / dense, dense_generic and separate.
 
   python3 bench/modifier_pairs.py build/ci --rounds 6 [--modifier alibi]
 """
@@ -25,7 +27,9 @@ def main():
     ap.add_argument("--min-time", type=float, default=0.3)
     a = ap.parse_args()
     exe = os.path.join(a.build, "bench", "attngen_bench")
-    pairs = [("modifier", "plain"), ("modifier", "additive"), ("modifier_generic", "plain_generic")]
+    pairs = [("modifier", "plain"), ("modifier", "additive"), ("modifier_generic", "plain_generic"),
+             ("modifier", "plain_generic"), ("modifier", "dense"), ("modifier", "dense_generic"),
+             ("modifier", "separate")]
     ratios = {}
     for r in range(a.rounds):
         out = subprocess.run([exe, "--benchmark_filter=^modifier/%s/" % a.modifier,
@@ -35,9 +39,11 @@ def main():
         for b in json.loads(out)["benchmarks"]:
             if "real_time" in b and not b.get("error_occurred"):
                 _, _, shape, way = b["run_name"].split("/")[:4]
-                times[(shape, way)] = b["real_time"]
+                # Per attended pair where the benchmark counts them (ways of one shape that
+                # attend different pairs: a packed batch against dense attention).
+                times[(shape, way)] = b["real_time"] / b.get("pairs", 1.0)
         for shape in sorted({s for s, _ in times}):
-            print(r, shape, " ".join("%s %.2f" % (w, t) for (s, w), t in times.items() if s == shape),
+            print(r, shape, " ".join("%s %.4g" % (w, t) for (s, w), t in times.items() if s == shape),
                   flush=True)
             for x, y in pairs:
                 if (shape, x) in times and (shape, y) in times:

@@ -71,6 +71,9 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix"
     "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks"
     "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit"
+    # T5's relative position bias at T5's and MPNet's head dim (a D64 call on the D128 kernel
+    # would compute twice the products).
+    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias"
     # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
     # "Modifiers".
     "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"

@@ -31,6 +31,13 @@ auto layout_lookup(const AttentionInputs& in) {
   };
 }
 
+// The modifier's run-time parameters, with the stages its functions define kept in f.
+ModifierParams modifier_params(const AttentionInputs& in, AttentionFuncs& f) {
+  ModifierParams p = in.modifier_params;
+  p.stages = &f.modifier_stages;
+  return p;
+}
+
 // The optional outputs, from a row's final max m (of the scores) and sum l (of exp(s - m)).
 void define_extra_outputs(AttentionFuncs& f, const AttentionSpec& spec, const Expr& m,
                           const Expr& l) {
@@ -108,7 +115,7 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
     mb.heads_q = in.heads_q;
     mb.seq_q = in.seq_q;
     mb.seq_kv = in.seq_kv;
-    visit = visit && modifier_block_visit(*in.modifier, mb, in.modifier_params, &f.modifier_stages);
+    visit = visit && modifier_block_visit(*in.modifier, mb, modifier_params(in, f));
   }
   f.rb.where(visit);
 
@@ -126,7 +133,7 @@ void define_online_softmax(AttentionFuncs& f, const AttentionSpec& spec, const A
 
   f.state = Func(spec.part + "state");
   if (in.modifier != nullptr && in.modifier->sink) {
-    f.state(d, qi, qt, h, b) = sink_softmax_state(in.modifier->sink(h, in.modifier_params));
+    f.state(d, qi, qt, h, b) = sink_softmax_state(in.modifier->sink(h, modifier_params(in, f)));
   } else {
     f.state(d, qi, qt, h, b) = initial_softmax_state();
   }
@@ -344,8 +351,9 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   if (in.modifier != nullptr) {
     const ModifierIndex at{
         b, h, clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q, in.seq_q, in.seq_kv};
-    if (in.modifier->score) s = in.modifier->score(s, at, in.modifier_params);
-    if (in.modifier->mask) attend = attend && in.modifier->mask(at, in.modifier_params);
+    const ModifierParams params = modifier_params(in, f);
+    if (in.modifier->score) s = in.modifier->score(s, at, params);
+    if (in.modifier->mask) attend = attend && in.modifier->mask(at, params);
   }
   if (spec.without_diagonal) attend = attend && j != offset + i;
   if (spec.mask == MaskKind::kCausal) {
@@ -458,7 +466,7 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   // A modifier's sink logit: one more term of the row's max and sum (sink_softmax_state).
   Expr sink;
   if (in.modifier != nullptr && in.modifier->sink) {
-    sink = in.modifier->sink(h, in.modifier_params);
+    sink = in.modifier->sink(h, modifier_params(in, f));
   }
   f.row_max = Func(spec.part + "row_max");
   f.row_max(qi, qt, h, b) = sink.defined() ? sink_softmax_state(sink)[1] : Expr(kMaskedScore);

@@ -139,7 +139,12 @@ class Attention : public Generator<Attention> {
 
     if (modifier_ != nullptr) {
       in.modifier = modifier_;
-      for (Input<Buffer<>>* t : modifier_tensors) in.modifier_params.tensors.push_back(*t);
+      for (Input<Buffer<>>* t : modifier_tensors) {
+        in.modifier_params.tensors.push_back(*t);
+        std::vector<Expr> extents;
+        for (int d = 0; d < t->dimensions(); ++d) extents.push_back(t->dim(d).extent());
+        in.modifier_params.extents.push_back(extents);
+      }
       for (Input<float>* c : modifier_scalars) in.modifier_params.scalars.push_back(*c);
     }
 

@@ -70,9 +70,9 @@ class PointReads : public IRMutator {
 }  // namespace
 
 Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
-                          const ModifierParams& params, std::vector<Func>* stages) {
+                          const ModifierParams& params) {
   if (!modifier.mask) return const_true();
-  if (modifier.visit) return modifier.visit(block, params, stages);
+  if (modifier.visit) return modifier.visit(block, params);
   // The mask at a symbolic row i, position p and key j (as define_attention reads it: rows and
   // keys clamped into the call), bounded over the block's ranges.
   const Expr i = Variable::make(Int(32), "attngen_modifier_i");

@@ -22,10 +22,15 @@ struct ModifierIndex {
 };
 
 // A modifier's run-time parameters in its layout's order: its tensors as Funcs over their
-// dimensions innermost first (a [Hq] tensor is slopes(h)), and its scalars.
+// dimensions innermost first (a [Hq] tensor is slopes(h)) with their extents (innermost first),
+// and its scalars. A modifier's functions may define stages, Funcs that the kernel computes once
+// per call before the attention (a table by distance, per-block ranges of a tensor), and add them
+// to `stages`.
 struct ModifierParams {
   std::vector<Halide::Func> tensors;
+  std::vector<std::vector<Halide::Expr>> extents;
   std::vector<Halide::Expr> scalars;
+  std::vector<Halide::Func>* stages = nullptr;
 };
 
 // A (query tile, key block) pair of a key-block kernel (generator/attention_algorithm.h): batch
@@ -58,12 +63,9 @@ struct Modifier {
       score;
   std::function<Halide::Expr(const ModifierIndex&, const ModifierParams&)> mask;
   // A mask modifier's block test (optional): whether some pair of the block may attend, false
-  // only where none does; kernels skip the blocks it rules out. It may define stages, Funcs that
-  // the schedule computes once per call before the attention (per-block ranges of a tensor, say),
-  // and add them to `stages`. Without it, modifier_block_visit derives the test from `mask`.
-  std::function<Halide::Expr(const ModifierBlock&, const ModifierParams&,
-                             std::vector<Halide::Func>* stages)>
-      visit;
+  // only where none does; kernels skip the blocks it rules out. Without it, modifier_block_visit
+  // derives the test from `mask`.
+  std::function<Halide::Expr(const ModifierBlock&, const ModifierParams&)> visit;
   // A sink logit (layout.sink): the logit z_h of query head h that joins every row's softmax
   // denominator, exp(z_h) + sum_j exp(s_j), as a key no value belongs to.
   std::function<Halide::Expr(const Halide::Expr& h, const ModifierParams&)> sink;
@@ -74,7 +76,7 @@ struct Modifier {
 // keys (tensor reads at indices that do not vary over the block are single values; reads that
 // do are unknown, and the pair may attend). True for a modifier without a mask.
 Halide::Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
-                                  const ModifierParams& params, std::vector<Halide::Func>* stages);
+                                  const ModifierParams& params);
 
 // Adds a modifier to the generator's registry (at static initialisation: ATTNGEN_MODIFIER);
 // throws on a name given twice or a layout that does not match its functions.

@@ -284,6 +284,29 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     c.ref.sink_logit = [logits](int64_t h) { return logits[static_cast<size_t>(h)]; };
     return;
   }
+  if (c.modifier_name == "t5_bias") {
+    // T5's configurations (32 buckets, 128) and others: few buckets, an odd count, a reach
+    // shorter than the sequence (its last bucket shared) or below max_exact, both directions.
+    const int64_t bucket_counts[] = {32, 8, 33, 6};
+    const float reaches[] = {128.0f, 20.0f, 7.5f, 2.0f};
+    std::uniform_int_distribution<int> pick(0, 3);
+    std::bernoulli_distribution coin(0.5);
+    const int64_t buckets = bucket_counts[pick(rng)];
+    const float reach = reaches[pick(rng)];
+    const bool bidirectional = coin(rng);
+    c.slopes.init({buckets, hq_}, 0);
+    c.slopes.fill_random(rng, -3.0, 3.0);
+    c.modifier.tensors[0] = &c.slopes.t;
+    c.modifier.scalars[0] = bidirectional ? 1.0f : 0.0f;
+    c.modifier.scalars[1] = reach;
+    const std::vector<double> table = c.slopes.dense();
+    const int64_t hq = hq_;
+    c.ref.score_mod = [=](double x, int64_t, int64_t h, int64_t p, int64_t j) {
+      const int64_t bucket = reference_t5_bucket(j - p, bidirectional, buckets, reach);
+      return x + table[static_cast<size_t>(bucket * hq + h)];
+    };
+    return;
+  }
   ASSERT_EQ(c.modifier_name, "alibi") << "no reference for modifier " << c.modifier_name;
   c.slopes.init({hq_}, 0);
   if (standard_slopes_) {

@@ -58,8 +58,10 @@ Counts classify(const Modifier& m, const Call& call, const ModifierParams& param
   block.seq_q = call.seq_q;
   block.seq_kv = call.seq_kv;
   std::vector<Func> stages;
+  ModifierParams with_stages = params;
+  with_stages.stages = &stages;
   Func visit("visit");
-  visit(kb, qt, b) = Halide::select(modifier_block_visit(m, block, params, &stages), 1, 0);
+  visit(kb, qt, b) = Halide::select(modifier_block_visit(m, block, with_stages), 1, 0);
   for (Func s : stages) s.compute_root();
   const Buffer<int32_t> visits = visit.realize({blocks, tiles, call.batch});
 
@@ -216,7 +218,7 @@ TEST(ModifierBlock, EveryMaskModifierHasATest) {
   block.offset = 0;
   block.heads_q = block.seq_q = block.seq_kv = 1;
   EXPECT_TRUE(Halide::Internal::is_const_one(
-      modifier_block_visit(library("alibi"), block, ModifierParams{}, nullptr)));
+      modifier_block_visit(library("alibi"), block, ModifierParams{})));
 }
 
 }  // namespace

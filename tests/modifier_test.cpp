@@ -160,6 +160,31 @@ TEST(Modifier, SinksOnEveryIsa) {
   });
 }
 
+// T5's relative position bias on each CPU ISA: encoder (bidirectional, T5's 32 buckets and 128)
+// and decoder shapes, sequences past the reach (their last bucket shared), chunks of queries
+// over a longer context, top-left, padding, GQA, the soft cap, the other dtypes; the table's
+// bucket count, reach and direction drawn per test.
+TEST(Modifier, T5BiasOnEveryIsa) {
+  on_every_cpu_isa([] {
+    const auto t5 = [] {
+      AttentionTester t;
+      t.modifier("t5_bias");
+      return t;
+    };
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      t5().batch(2).heads(4, 4).seq(300, 300).head_dim(64).Test();
+    }
+    expect_ran_modifier("t5_bias");
+    t5().batch(1).heads(4, 2).seq(70, 330).head_dim(64).causal().Test();
+    t5().batch(3).heads(2, 2).seq(40, 61).head_dim(32).causal().kv_len({61, 0, 17}).Test();
+    t5().batch(1).heads(2, 1).seq(90, 90).head_dim(48).causal().top_left().Test();
+    t5().batch(1).heads(2, 2).seq(33, 33).head_dim(64).softcap(8.0f).Test();
+    for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
+      t5().batch(1).heads(4, 2).seq(25, 140).head_dim(64).dtype(d).Test();
+    }
+  });
+}
+
 // A learned sink logit per head on each CPU ISA: with causal and without, rows that attend
 // nothing (kv_len 0: the output stays 0), a head without a sink (-inf), the soft cap, a mask
 // tensor, several key blocks, the other dtypes.

@@ -262,6 +262,30 @@ bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_
 
 bool reference_prefix_attends(int64_t length, int64_t p, int64_t j) { return j < length || j <= p; }
 
+int64_t reference_t5_bucket(int64_t rel, bool bidirectional, int64_t num_buckets,
+                            double max_distance) {
+  int64_t per_side = num_buckets, bucket = 0, n = 0;
+  if (bidirectional) {
+    per_side /= 2;
+    if (rel > 0) bucket = per_side;
+    n = rel < 0 ? -rel : rel;
+  } else {
+    n = rel < 0 ? -rel : 0;
+  }
+  const int64_t exact = std::max<int64_t>(per_side / 2, 1);
+  const int64_t reach = std::max<int64_t>(
+      static_cast<int64_t>(std::floor(std::min(std::max(max_distance, 0.0), 1048576.0))),
+      exact + 1);
+  if (n < exact) return bucket + n;
+  // The k-th logarithmic bucket starts at exact * (reach / exact)^(k / (per_side - exact)): in
+  // long double, with a margin for the distances that are exact powers (an integer k).
+  const long double k = std::floor(static_cast<long double>(per_side - exact) *
+                                       std::log(static_cast<long double>(n) / exact) /
+                                       std::log(static_cast<long double>(reach) / exact) +
+                                   1e-12L);
+  return bucket + std::min<int64_t>(exact + static_cast<int64_t>(k), per_side - 1);
+}
+
 bool reference_sinks_attends(float sinks, float window, int64_t p, int64_t j) {
   const double n = std::floor(static_cast<double>(sinks));
   const double w = std::floor(static_cast<double>(window));

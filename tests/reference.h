@@ -87,6 +87,14 @@ bool reference_document_attends(const int32_t* ids, int64_t n, int64_t p, int64_
 // prefix of `length` keys or at or before p.
 bool reference_prefix_attends(int64_t length, int64_t p, int64_t j);
 
+// T5's relative position bucket of key j against the query at position p, rel = j - p
+// (Hugging Face's _relative_position_bucket; docs/semantics.md, "Modifiers"): num_buckets, split
+// in two directions where bidirectional (else keys after the query take bucket 0), distances
+// below max_exact = buckets / 2 (per direction) exact, longer ones logarithmic up to max_distance
+// (taken as at least max_exact + 1, rounded down), past which they share the last bucket.
+int64_t reference_t5_bucket(int64_t rel, bool bidirectional, int64_t num_buckets,
+                            double max_distance);
+
 // Sinks (StreamingLLM): key j is attended by the query at position p where it is one of the first
 // `sinks` keys, or within the left window p - window <= j (a negative window: every key); both
 // parameters are f32 values rounded down to whole keys.

@@ -39,15 +39,15 @@ Modifier document() {
     const Func& ids = p.tensors[0];  // (j, b)
     return ids(at.j, at.b) == ids(Halide::clamp(at.p, 0, at.seq_kv - 1), at.b);
   };
-  m.visit = [](const ModifierBlock& at, const ModifierParams& p, std::vector<Func>* stages) {
+  m.visit = [](const ModifierBlock& at, const ModifierParams& p) {
     const Func& ids = p.tensors[0];
     Halide::Var x("document_x");
     const Func keys = id_range(ids, x, at.b, x * at.key_block, at.key_block, at.seq_kv,
                                "document_key_ids");
     const Func rows = id_range(ids, x, at.b, at.offset + x * at.query_tile, at.query_tile,
                                at.seq_kv, "document_row_ids");
-    stages->push_back(keys);
-    stages->push_back(rows);
+    p.stages->push_back(keys);
+    p.stages->push_back(rows);
     const auto key = [&](int e) { return keys(at.key_block_index, at.b)[e]; };
     const auto row = [&](int e) { return rows(at.query_tile_index, at.b)[e]; };
     return key(0) <= row(1) && row(0) <= key(1);
