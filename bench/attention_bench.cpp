@@ -785,8 +785,8 @@ void t5(benchmark::State& state, int64_t S, T5Way way) {
       const int64_t n = rel < 0 ? -rel : rel;
       int64_t b = rel > 0 ? 16 : 0;
       b += n < 8 ? n
-                 : std::min<int64_t>(15, 8 + static_cast<int64_t>(std::log(n / 8.0) /
-                                                                  std::log(16.0) * 8.0));
+                 : std::min<int64_t>(
+                       15, 8 + static_cast<int64_t>(std::log(n / 8.0) / std::log(16.0) * 8.0));
       bucket[static_cast<size_t>(rel + S - 1)] = static_cast<int>(b);
     }
     bias.resize(static_cast<size_t>(H * S * S));
@@ -829,8 +829,9 @@ void t5(benchmark::State& state, int64_t S, T5Way way) {
     }
   }
   state.SetLabel(attngen_attention_plan_kernel(plan));
-  state.counters["bias_bytes"] = static_cast<double>(
-      way == T5Way::kModifier ? table.size() * 4 : way == T5Way::kAdditive ? bias.size() * 4 : 0);
+  state.counters["bias_bytes"] = static_cast<double>(way == T5Way::kModifier   ? table.size() * 4
+                                                     : way == T5Way::kAdditive ? bias.size() * 4
+                                                                               : 0);
   set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, false));
   attngen_attention_plan_destroy(plan);
 }

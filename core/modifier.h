@@ -1,10 +1,10 @@
 // Modifiers (docs/semantics.md, "Modifiers"): what a modifier declares of itself, Halide-free, so
 // that the generator, the kernels' descriptors and the runtime read one layout. A score modifier
 // maps (s, b, h, i, j) to a new score after the scale and the soft cap; a mask modifier says
-// whether (b, h, i, j) may attend; a sink logit z_h joins every row's softmax denominator. Its run-time parameters are tensors, each of one dtype and a
-// shape in the call's dims, and f32 scalars, passed by name order (attngen_modifier). The
-// expressions live with the algorithm (generator/modifier.h); the library's modifiers each in
-// their own file (generator/modifiers/).
+// whether (b, h, i, j) may attend; a sink logit z_h joins every row's softmax denominator. Its
+// run-time parameters are tensors, each of one dtype and a shape in the call's dims, and f32
+// scalars, passed by name order (attngen_modifier). The expressions live with the algorithm
+// (generator/modifier.h); the library's modifiers each in their own file (generator/modifiers/).
 #pragma once
 
 #include <cstring>

@@ -483,8 +483,8 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   f.row_sum = Func(spec.part + "row_sum");
   if (sink.defined()) {
     const Expr sink_max = sink_softmax_state(sink)[1];
-    f.row_sum(qi, qt, h, b) = select(is_masked(sink_max), 0.0f,
-                                     softmax_exp(sink_max - f.row_max(qi, qt, h, b)));
+    f.row_sum(qi, qt, h, b) =
+        select(is_masked(sink_max), 0.0f, softmax_exp(sink_max - f.row_max(qi, qt, h, b)));
   } else {
     f.row_sum(qi, qt, h, b) = 0.0f;
   }

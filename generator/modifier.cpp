@@ -21,8 +21,8 @@ bool register_modifier(const Modifier& modifier) {
   if (!valid_modifier_name(l.name)) throw std::logic_error("attngen: bad modifier name " + name);
   if (l.score != static_cast<bool>(modifier.score) || l.mask != static_cast<bool>(modifier.mask) ||
       l.sink != static_cast<bool>(modifier.sink) || (!l.score && !l.mask && !l.sink) ||
-      (modifier.visit && !l.mask) || l.tensors < 0 || l.tensors > kMaxModifierTensors || l.scalars < 0 ||
-      l.scalars > kMaxModifierScalars) {
+      (modifier.visit && !l.mask) || l.tensors < 0 || l.tensors > kMaxModifierTensors ||
+      l.scalars < 0 || l.scalars > kMaxModifierScalars) {
     throw std::logic_error("attngen: modifier " + name + "'s layout does not match its functions");
   }
   if (!registry().emplace(name, modifier).second) {

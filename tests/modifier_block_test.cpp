@@ -77,8 +77,8 @@ Counts classify(const Modifier& m, const Call& call, const ModifierParams& param
         bool any = false;
         for (int ii = t * call.query_tile; ii < std::min((t + 1) * call.query_tile, call.seq_q);
              ++ii) {
-          for (int jj = k * call.key_block;
-               jj < std::min((k + 1) * call.key_block, call.seq_kv); ++jj) {
+          for (int jj = k * call.key_block; jj < std::min((k + 1) * call.key_block, call.seq_kv);
+               ++jj) {
             any = any || attends(jj, ii, bb) != 0;
           }
         }
@@ -149,7 +149,8 @@ TEST(ModifierBlock, DocumentSkipsWhatNoDocumentSpans) {
       params.tensors.push_back(wrap(document_ids(call, max_length, false, rng)));
       const Counts n = classify(library("document"), call, params);
       EXPECT_GT(n.empty_full_tiles, 0) << "nothing to skip: the case tests nothing";
-      EXPECT_EQ(n.skipped_full_tiles, n.empty_full_tiles) << "packed documents: an empty block visited";
+      EXPECT_EQ(n.skipped_full_tiles, n.empty_full_tiles)
+          << "packed documents: an empty block visited";
     }
   }
   // Ids in any order: never wrong (nothing exact to expect).
@@ -185,8 +186,8 @@ TEST(ModifierBlock, SinksAreDerivedExactly) {
   const Call call{1, 512, 512, 64, 64, {0}};
   // (sinks, window): StreamingLLM's, no sinks, a window of the query alone with fractional
   // sinks, no window, sinks past the sequence.
-  const float cases[][2] = {{4.0f, 100.0f}, {0.0f, 64.0f}, {2.75f, 0.0f}, {3.0f, -1.0f},
-                            {1000.0f, 10.0f}};
+  const float cases[][2] = {
+      {4.0f, 100.0f}, {0.0f, 64.0f}, {2.75f, 0.0f}, {3.0f, -1.0f}, {1000.0f, 10.0f}};
   for (const auto& c : cases) {
     SCOPED_TRACE("sinks " + std::to_string(c[0]) + " window " + std::to_string(c[1]));
     ModifierParams params;

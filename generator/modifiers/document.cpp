@@ -22,8 +22,8 @@ Func id_range(const Func& ids, const Halide::Var& x, const Halide::Var& b, const
               int count, const Expr& seq_kv, const std::string& name) {
   Halide::RDom r(0, count, name + "_r");
   Func range(name);
-  range(x, b) = Halide::Tuple(std::numeric_limits<int32_t>::max(),
-                              std::numeric_limits<int32_t>::min());
+  range(x, b) =
+      Halide::Tuple(std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min());
   const Expr id = ids(Halide::clamp(first + r, 0, seq_kv - 1), b);
   range(x, b) = Halide::Tuple(Halide::min(range(x, b)[0], id), Halide::max(range(x, b)[1], id));
   return range;
@@ -42,8 +42,8 @@ Modifier document() {
   m.visit = [](const ModifierBlock& at, const ModifierParams& p) {
     const Func& ids = p.tensors[0];
     Halide::Var x("document_x");
-    const Func keys = id_range(ids, x, at.b, x * at.key_block, at.key_block, at.seq_kv,
-                               "document_key_ids");
+    const Func keys =
+        id_range(ids, x, at.b, x * at.key_block, at.key_block, at.seq_kv, "document_key_ids");
     const Func rows = id_range(ids, x, at.b, at.offset + x * at.query_tile, at.query_tile,
                                at.seq_kv, "document_row_ids");
     p.stages->push_back(keys);

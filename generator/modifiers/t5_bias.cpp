@@ -35,8 +35,7 @@ Modifier t5_bias() {
     const Expr per_side = Halide::select(bidirectional, buckets / 2, buckets);
     const Expr exact = Halide::max(per_side / 2, 1);
     const Expr reach = Halide::max(
-        Halide::cast<int>(Halide::clamp(Halide::floor(p.scalars[1]), 0.0f, 1048576.0f)),
-        exact + 1);
+        Halide::cast<int>(Halide::clamp(Halide::floor(p.scalars[1]), 0.0f, 1048576.0f)), exact + 1);
 
     Halide::Var r("t5_r"), h("t5_h");
     const Expr rel = r - reach;  // j - p
@@ -45,11 +44,10 @@ Modifier t5_bias() {
     const Expr ratio = Halide::log(Halide::cast<double>(n) / Halide::cast<double>(exact)) /
                        Halide::log(Halide::cast<double>(reach) / Halide::cast<double>(exact));
     const Expr logarithmic =
-        exact + Halide::cast<int>(Halide::floor(
-                    ratio * Halide::cast<double>(per_side - exact) + Expr(1e-9)));
-    const Expr bucket =
-        Halide::select(bidirectional && rel > 0, per_side, 0) +
-        Halide::select(n < exact, n, Halide::min(logarithmic, per_side - 1));
+        exact + Halide::cast<int>(
+                    Halide::floor(ratio * Halide::cast<double>(per_side - exact) + Expr(1e-9)));
+    const Expr bucket = Halide::select(bidirectional && rel > 0, per_side, 0) +
+                        Halide::select(n < exact, n, Halide::min(logarithmic, per_side - 1));
     Halide::Func bias("t5_bias_by_distance");
     bias(r, h) = table(h, Halide::clamp(bucket, 0, buckets - 1));
     p.stages->push_back(bias);

@@ -147,7 +147,9 @@ int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i
  * in the modifier's order, each of the dtype and shape its layout declares in the call's dims
  * (B, Hq, Hkv, Sq, Skv), and its f32 scalars. A score modifier maps each score s of (b, h, i, j)
  * after the scale and the soft cap, before the masks; a mask modifier removes pairs as a mask
- * does. A call with a modifier runs on a kernel generated with it (none built:
+ * does (kernels skip the key blocks it rules out); a sink logit z_h joins every row's softmax
+ * denominator, exp(z_h) + sum_j exp(s_j), with no value. A call with a modifier runs on a kernel
+ * generated with it (none built:
  * ATTNGEN_ERROR_NO_KERNEL); parameters that do not match its layout are named errors, with
  * nothing written. The library's (generator/modifiers/):
  *  - "alibi": tensors slopes F32 [Hq] (attngen_alibi_slopes() gives the standard ones); scalar 0:
@@ -155,7 +157,15 @@ int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i
  *    models), 1 for the symmetric s - m_h |j - p| (bidirectional ones).
  *  - "document" (a mask): tensors ids I32 [B, Skv], the document of each key position of a
  *    packed sequence; a query at position p attends the keys j with ids[b][j] == ids[b][p] (p
- *    clamped to [0, Skv)); with the causal mask, causal inside each document. */
+ *    clamped to [0, Skv)); with the causal mask, causal inside each document.
+ *  - "prefix" (a mask): tensors lengths I32 [B]; key j is attended where j < lengths[b] or
+ *    j <= p (prefix-LM; without the causal mask).
+ *  - "sinks" (a mask): scalars sinks, window; key j is attended where j < sinks or
+ *    p - window <= j (StreamingLLM), every key where window < 0; both rounded down.
+ *  - "sink_logit": tensors logits F32 [Hq], z_h per query head (-inf: none).
+ *  - "t5_bias": tensors table F32 [num_buckets, Hq] (Hugging Face's relative_attention_bias
+ *    weight); scalars bidirectional (0 or 1), max_distance; s + table[bucket(j - p)][h] with T5's
+ *    buckets. */
 #define ATTNGEN_MAX_MODIFIER_TENSORS 4
 #define ATTNGEN_MAX_MODIFIER_SCALARS 4
 
