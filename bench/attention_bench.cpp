@@ -855,8 +855,10 @@ void register_t5() {
 // sequence with the document modifier (its kernel skips the key blocks of other documents);
 // "dense", causal attention over the whole packed sequence on the kernel dispatch picks;
 // "dense_generic", that on the generic D128 kernel; "separate", each document a causal call of
-// its own. Counter `pairs`: the (query, key) pairs each way attends, for times per pair.
-enum class DocumentWay { kModifier, kDense, kDenseGeneric, kSeparate };
+// its own; "one_document", the modifier with the whole sequence one document (its per-pair cost
+// where there is nothing to skip). Counter `pairs`: the (query, key) pairs each way attends, for
+// times per pair.
+enum class DocumentWay { kModifier, kDense, kDenseGeneric, kSeparate, kOneDocument };
 
 void documents(benchmark::State& state, DocumentWay way) {
   constexpr int64_t H = 16, D = 128;
@@ -869,7 +871,11 @@ void documents(benchmark::State& state, DocumentWay way) {
   std::vector<float> q = random_vector(S * H * D, 1), k = random_vector(q.size(), 2);
   std::vector<float> v = random_vector(q.size(), 3), o(q.size());
   std::vector<int32_t> ids;
-  for (int32_t d = 0; d < 8; ++d) ids.insert(ids.end(), static_cast<size_t>(lengths[d]), d);
+  for (int32_t d = 0; d < 8; ++d) {
+    ids.insert(ids.end(), static_cast<size_t>(lengths[d]),
+               way == DocumentWay::kOneDocument ? 0 : d);
+  }
+  const bool modifier = way == DocumentWay::kModifier || way == DocumentWay::kOneDocument;
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
   attngen_modifier m{};
@@ -877,7 +883,7 @@ void documents(benchmark::State& state, DocumentWay way) {
   attngen_tensor tids = attngen_tensor_contiguous(ids.data(), ATTNGEN_I32, 2, id_shape);
   m.name = "document";
   m.tensors[0] = &tids;
-  if (way == DocumentWay::kModifier) opt.modifier = &m;
+  if (modifier) opt.modifier = &m;
   if (way == DocumentWay::kDenseGeneric) {
     const attngen_kernel_info* kernel = generic_kernel(128, "");
     if (kernel == nullptr) {
@@ -915,7 +921,7 @@ void documents(benchmark::State& state, DocumentWay way) {
     data.k = t[1].data;
     data.v = t[2].data;
     data.out = t[3].data;
-    if (way == DocumentWay::kModifier) data.modifier_tensors[0] = ids.data();
+    if (modifier) data.modifier_tensors[0] = ids.data();
     runs.push_back(data);
     start += n;
   }
@@ -937,7 +943,8 @@ void register_documents() {
   const std::pair<const char*, DocumentWay> ways[] = {{"modifier", DocumentWay::kModifier},
                                                       {"dense", DocumentWay::kDense},
                                                       {"dense_generic", DocumentWay::kDenseGeneric},
-                                                      {"separate", DocumentWay::kSeparate}};
+                                                      {"separate", DocumentWay::kSeparate},
+                                                      {"one_document", DocumentWay::kOneDocument}};
   for (const auto& [name, way] : ways) {
     benchmark::RegisterBenchmark(
         (std::string("modifier/document/B1_H16_8docs_64-1024_D128_causal/") + name).c_str(),

@@ -29,7 +29,7 @@ def main():
     exe = os.path.join(a.build, "bench", "attngen_bench")
     pairs = [("modifier", "plain"), ("modifier", "additive"), ("modifier_generic", "plain_generic"),
              ("modifier", "plain_generic"), ("modifier", "dense"), ("modifier", "dense_generic"),
-             ("modifier", "separate")]
+             ("modifier", "separate"), ("one_document", "dense_generic")]
     ratios = {}
     for r in range(a.rounds):
         out = subprocess.run([exe, "--benchmark_filter=^modifier/%s/" % a.modifier,

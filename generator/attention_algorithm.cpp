@@ -275,8 +275,10 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
     // The call's head dims padded with zeros up to the kernel's: the padded q.k terms add 0, the
     // padded columns of p.v are never written out.
     Expr dq = min(d, in.dqk - 1), dv = min(d, in.dv - 1);
+    f.q_rows = Func(spec.part + "q_rows");
+    f.q_rows(d, h, i, b) = in.q(d, h, i, b);
     f.q(d, h, i, b) =
-        select(d < in.dqk, in.q(dq, h, clamp(i, 0, in.seq_q - 1), b), 0.0f) * in.scale;
+        select(d < in.dqk, f.q_rows(dq, h, clamp(i, 0, in.seq_q - 1), b), 0.0f) * in.scale;
     f.k(d, j, h, b) = select(d < in.dqk, in.k(dq, hk, kj, b), 0.0f);
     f.v(d, j, h, b) = select(d < in.dv, in.v(dv, hk, kj, b), 0.0f);
   } else if (spec.bf16_pairs) {

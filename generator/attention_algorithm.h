@@ -143,8 +143,9 @@ struct AttentionFuncs {
   std::vector<Halide::RVar> rj_loops;  // rj's loops, innermost first
   Halide::RDom rj_pv;                  // the keys of acc: rj, and causal: up to the row group
   std::vector<Halide::RVar> pv_loops;  // rj_pv's loops, innermost first
-  // (d, h, i, b) the query rows as the input holds them (f32 kernels, else undefined): inline
-  // unless a schedule copies a tile's rows before q transposes them.
+  // (d, h, i, b) the query rows as the input holds them (f32 and generic kernels, else
+  // undefined; a generic kernel's over the call's Dqk): inline unless a schedule copies a tile's
+  // rows before q transposes them.
   Halide::Func q_rows;
   Halide::Func q;    // (d, h, i, b) q times the scale, query index clamped (tiles round up)
   Halide::Func k;    // (d, j, h, b) the kv head of query head h, key index clamped

@@ -106,7 +106,10 @@ void stage_q_rows(const AttentionFuncs& f, const AttentionSpec& spec, const Targ
                   Func out, const Var& task) {
   if (!f.q_rows.defined()) return;
   Func q_rows = f.q_rows;
-  q_rows.compute_at(out, task).vectorize(f.d, lanes_dividing(spec.head_dim_qk, info));
+  // (A generic kernel's rows are the call's Dqk long, which may be shorter than a vector.)
+  q_rows.compute_at(out, task).vectorize(
+      f.d, lanes_dividing(spec.head_dim_qk, info),
+      spec.generic ? TailStrategy::GuardWithIf : TailStrategy::Auto);
 }
 
 }  // namespace

@@ -46,11 +46,15 @@ Modifier document() {
         id_range(ids, x, at.b, x * at.key_block, at.key_block, at.seq_kv, "document_key_ids");
     const Func rows = id_range(ids, x, at.b, at.offset + x * at.query_tile, at.query_tile,
                                at.seq_kv, "document_row_ids");
+    // Each (block, tile)'s answer as a byte, so that the kernel's test of a block is one load.
+    Halide::Var kb("document_kb"), qt("document_qt");
+    Func visits("document_visits");
+    visits(kb, qt, at.b) = Halide::cast<uint8_t>(keys(kb, at.b)[0] <= rows(qt, at.b)[1] &&
+                                                 rows(qt, at.b)[0] <= keys(kb, at.b)[1]);
     p.stages->push_back(keys);
     p.stages->push_back(rows);
-    const auto key = [&](int e) { return keys(at.key_block_index, at.b)[e]; };
-    const auto row = [&](int e) { return rows(at.query_tile_index, at.b)[e]; };
-    return key(0) <= row(1) && row(0) <= key(1);
+    p.stages->push_back(visits);
+    return visits(at.key_block_index, at.query_tile_index, at.b) != 0;
   };
   return m;
 }
