@@ -132,9 +132,9 @@ class AttentionTester {
   // attngen_alibi_slopes() with standard_slopes; the symmetric form with symmetric), "document"
   // (each sequence packed with documents of random lengths, some of 1), "prefix" (per batch a
   // prefix of 0 to Skv + 2 keys), "sinks" (0 to 5 sinks, a window of none to Skv / 2, fractional
-  // values among them), "sink_logit" (logits in [-2, 3], the first head's -inf), "t5_bias" (a
-  // random table of 6 to 33 buckets, a reach of 2 to 128, either direction). Test(kernel) of a
-  // modifier kernel takes the kernel's modifier.
+  // values among them), "sink_logit" (logits in [-3, 3], the first head's -inf), "t5_bias" (a
+  // random table in [-3, 3] of 6 to 33 buckets, a reach of 2 to 128, either direction).
+  // Test(kernel) of a modifier kernel takes the kernel's modifier.
   AttentionTester& modifier(std::string name, bool symmetric = false,
                             bool standard_slopes = false) {
     modifier_ = std::move(name);
@@ -191,6 +191,7 @@ class AttentionTester {
   void add_mask(Call& c, std::mt19937_64& rng) const;
   void add_pattern(Call& c, std::mt19937_64& rng) const;
   void add_modifier(Call& c, const attngen_kernel_info* kernel, std::mt19937_64& rng) const;
+  void fill_modifier_values(Storage& values, std::mt19937_64& rng, double limit) const;
   void run(Call& c, const attngen_kernel_info* kernel) const;
   void choose_dtypes(Call& c, const attngen_kernel_info* kernel) const;
   void compare_with_reference(Call& c) const;
