@@ -351,8 +351,14 @@ AttentionFuncs define_attention(const AttentionSpec& spec, const AttentionInputs
   // The variant's modifier: a score modifier after the scale and the soft cap, before the masks;
   // a mask modifier as one more mask (generator/modifier.h).
   if (in.modifier != nullptr) {
+    // The row as schedules compute it: within the call's rows rounded up to whole query tiles
+    // (promised, not clamped: a modifier's index affine in it stays a vector load; every form
+    // computes rows in tiles of query_tile).
+    const int tile = std::max(1, spec.query_tile);
+    const Expr row = unsafe_promise_clamped(i, 0, (in.seq_q + tile - 1) / tile * tile - 1);
     const ModifierIndex at{
-        b, h, clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q, in.seq_q, in.seq_kv};
+        b,      h,  clamp(i, 0, in.seq_q - 1), kj, offset + i, in.heads_q, in.seq_q, in.seq_kv,
+        offset, row};
     const ModifierParams params = modifier_params(in, f);
     if (in.modifier->score) s = in.modifier->score(s, at, params);
     if (in.modifier->mask) attend = attend && in.modifier->mask(at, params);

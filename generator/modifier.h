@@ -15,10 +15,14 @@
 namespace attngen {
 
 // Where a score sits: batch b, query head h, query row i, key j (both within the call's
-// extents), and the query's position p (i plus the alignment's offset, docs/semantics.md: it may
-// lie outside [0, Skv)); the call's Hq, Sq and Skv.
+// extents), and the query's position p (the row plus the alignment's offset, docs/semantics.md:
+// it may lie outside [0, Skv)); the call's Hq, Sq and Skv; the offset itself (within [-Sq, Skv]
+// for any valid call), and the row before it is clamped into the call (p = offset + row; a
+// schedule computes rows past Sq - 1 up to a whole tile, never read), bounded for bounds
+// inference without a clamp: an index affine in it stays a vector load where one in i is a
+// gather.
 struct ModifierIndex {
-  Halide::Expr b, h, i, j, p, heads_q, seq_q, seq_kv;
+  Halide::Expr b, h, i, j, p, heads_q, seq_q, seq_kv, offset, row;
 };
 
 // A modifier's run-time parameters in its layout's order: its tensors as Funcs over their

@@ -6,11 +6,12 @@
 // each and longer ones logarithmic buckets up to `max_distance`, past which they share the last.
 //
 // The bias of each relative position r in [-R, R] (R = max_distance, at least max_exact + 1;
-// beyond R the buckets no longer change) is a stage computed once per call, 2R + 1 per head, so
-// a score reads one value from it. Its logarithms are f64: a distance that is an exact power of
-// the bucket ratio (T5's 16, 32, 64 of 128) lands on an integer, and Hugging Face's f32 code puts
-// it in the upper bucket; f64 with a margin of 1e-9 does too, where the nearest other distances
-// of any configuration up to 4096 lie 1.6e-5 or more from an integer.
+// beyond R the buckets no longer change) is a stage computed once per call, 2R + 1 per head, and
+// spread to every relative position of the call, so that a score reads one value from it. Its
+// logarithms are f64: a distance that is an exact power of the bucket ratio (T5's 16, 32, 64 of
+// 128) lands on an integer, and Hugging Face's f32 code puts it in the upper bucket; f64 with a
+// margin of 1e-9 does too, where the nearest other distances of any configuration up to 4096
+// lie 1.6e-5 or more from an integer.
 #include "generator/modifier.h"
 
 namespace attngen {
@@ -50,8 +51,16 @@ Modifier t5_bias() {
                         Halide::select(n < exact, n, Halide::min(logarithmic, per_side - 1));
     Halide::Func bias("t5_bias_by_distance");
     bias(r, h) = table(h, Halide::clamp(bucket, 0, buckets - 1));
+    // The bias of every relative position a call may have, so that a score reads it at j - p
+    // with no clamp per score (consecutive rows or keys read consecutive values: a vector load,
+    // where the clamped index was a gather). The offset is clamped to the range it has anyway.
+    Halide::Var x("t5_x");
+    Halide::Func wide("t5_bias_by_position");
+    wide(x, h) = bias(Halide::clamp(x, -reach, reach) + reach, h);
     p.stages->push_back(bias);
-    return s + bias(Halide::clamp(at.j - at.p, -reach, reach) + reach, at.h);
+    p.stages->push_back(wide);
+    const Expr position = Halide::clamp(at.offset, -at.seq_q, at.seq_kv) + at.row;
+    return s + wide(at.j - position, at.h);
   };
   return m;
 }
