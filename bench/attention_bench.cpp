@@ -679,6 +679,38 @@ const attngen_kernel_info* generic_kernel(int32_t head_dim, const char* modifier
   return nullptr;
 }
 
+// Runs a plan of q, k, v and out with `opt` in the benchmark's loop, with a modifier's first
+// tensor and a mask tensor's data where given (nullptr: none), and labels the benchmark with the
+// plan's kernel. False (the benchmark skipped with the error) where the plan or a run fails.
+bool run_attention_plan(benchmark::State& state, const attngen_tensor& q, const attngen_tensor& k,
+                        const attngen_tensor& v, const attngen_tensor& out,
+                        const attngen_attention_options& opt, const void* modifier_tensor,
+                        const void* mask) {
+  attngen_attention_plan* plan = nullptr;
+  if (attngen_attention_plan_create(&q, &k, &v, &out, &opt, &plan) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return false;
+  }
+  attngen_attention_data data = attngen_attention_data_default();
+  data.q = q.data;
+  data.k = k.data;
+  data.v = v.data;
+  data.out = out.data;
+  data.modifier_tensors[0] = modifier_tensor;
+  data.mask_tensor = mask;
+  bool ok = true;
+  for (auto _ : state) {
+    if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      ok = false;
+      break;
+    }
+  }
+  state.SetLabel(attngen_attention_plan_kernel(plan));
+  attngen_attention_plan_destroy(plan);
+  return ok;
+}
+
 void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   constexpr int64_t B = 1, H = 16, D = 128;
   std::vector<float> q = random_vector(B * S * H * D, 1), k = random_vector(q.size(), 2);
@@ -711,27 +743,11 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
     }
     opt.kernel = k->name;
   }
-  attngen_attention_plan* plan = nullptr;
-  if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
-    state.SkipWithError(attngen_last_error());
+  if (!run_attention_plan(state, tq, tk, tv, to, opt, modifier ? slopes.data() : nullptr,
+                          way == AlibiWay::kAdditive ? bias.data() : nullptr)) {
     return;
   }
-  attngen_attention_data data = attngen_attention_data_default();
-  data.q = q.data();
-  data.k = k.data();
-  data.v = v.data();
-  data.out = o.data();
-  if (modifier) data.modifier_tensors[0] = slopes.data();
-  if (way == AlibiWay::kAdditive) data.mask_tensor = bias.data();
-  for (auto _ : state) {
-    if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
-      state.SkipWithError(attngen_last_error());
-      break;
-    }
-  }
-  state.SetLabel(attngen_attention_plan_kernel(plan));
   set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, true));
-  attngen_attention_plan_destroy(plan);
 }
 
 void register_alibi() {
@@ -810,30 +826,15 @@ void t5(benchmark::State& state, int64_t S, T5Way way) {
     }
     opt.kernel = kernel->name;
   }
-  attngen_attention_plan* plan = nullptr;
-  if (attngen_attention_plan_create(&tq, &tk, &tv, &to, &opt, &plan) != ATTNGEN_OK) {
-    state.SkipWithError(attngen_last_error());
+  if (!run_attention_plan(state, tq, tk, tv, to, opt,
+                          way == T5Way::kModifier ? table.data() : nullptr,
+                          way == T5Way::kAdditive ? bias.data() : nullptr)) {
     return;
   }
-  attngen_attention_data data = attngen_attention_data_default();
-  data.q = q.data();
-  data.k = k.data();
-  data.v = v.data();
-  data.out = o.data();
-  if (way == T5Way::kModifier) data.modifier_tensors[0] = table.data();
-  if (way == T5Way::kAdditive) data.mask_tensor = bias.data();
-  for (auto _ : state) {
-    if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
-      state.SkipWithError(attngen_last_error());
-      break;
-    }
-  }
-  state.SetLabel(attngen_attention_plan_kernel(plan));
   state.counters["bias_bytes"] = static_cast<double>(way == T5Way::kModifier   ? table.size() * 4
                                                      : way == T5Way::kAdditive ? bias.size() * 4
                                                                                : 0);
   set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, false));
-  attngen_attention_plan_destroy(plan);
 }
 
 void register_t5() {
