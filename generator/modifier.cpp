@@ -78,8 +78,9 @@ Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
   const Expr i = Variable::make(Int(32), "attngen_modifier_i");
   const Expr j = Variable::make(Int(32), "attngen_modifier_j");
   const Expr p = Variable::make(Int(32), "attngen_modifier_p");
-  const ModifierIndex at{block.b,     block.h,      i,           j, p, block.heads_q,
-                         block.seq_q, block.seq_kv, block.offset};
+  const ModifierIndex at{
+      block.b,      block.h,         i, j, p, block.heads_q, block.seq_q, block.seq_kv,
+      block.offset, p - block.offset};
   PointReads points({"attngen_modifier_i", "attngen_modifier_j", "attngen_modifier_p"});
   const Expr mask = points.mutate(modifier.mask(at, params));
   Scope<Interval> ranges;

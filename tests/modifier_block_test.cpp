@@ -66,7 +66,7 @@ Counts classify(const Modifier& m, const Call& call, const ModifierParams& param
   const Buffer<int32_t> visits = visit.realize({blocks, tiles, call.batch});
 
   Func attend("attend");
-  const ModifierIndex at{b, 0, i, j, offset(b) + i, 1, call.seq_q, call.seq_kv, offset(b)};
+  const ModifierIndex at{b, 0, i, j, offset(b) + i, 1, call.seq_q, call.seq_kv, offset(b), i};
   attend(j, i, b) = Halide::select(m.mask(at, params), 1, 0);
   const Buffer<int32_t> attends = attend.realize({call.seq_kv, call.seq_q, call.batch});
 

@@ -4,8 +4,9 @@
 // causal inside each document.
 //
 // Blocks are classified per call: each key block's and each query tile's smallest and largest
-// id (two small stages, one pass over the ids); a tile visits the blocks whose id ranges meet its
-// own, so a packed batch costs about the pairs inside its documents.
+// id (small stages, one pass over the ids), then one byte per (block, tile) saying whether their
+// id ranges meet; a tile visits those blocks only, so a packed batch costs about the pairs inside
+// its documents (bench/RESULTS.md, "Modifiers: block skipping").
 #include <limits>
 
 #include "generator/modifier.h"
