@@ -2,13 +2,15 @@
 // force, through Halide's JIT: for every (query tile, key block) of a call, a block the test skips
 // holds no attended pair (never wrong), and where the modifier's test is exact for the inputs
 // (documents packed in order, prefixes, sinks and windows), every block that holds none is skipped
-// (the test finds what there is to skip). Host builds only: it links libHalide.
+// (the test finds what there is to skip). Also the registry's check of a modifier's layout
+// against its functions. Host builds only: it links libHalide.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -220,6 +222,43 @@ TEST(ModifierBlock, EveryMaskModifierHasATest) {
   block.heads_q = block.seq_q = block.seq_kv = 1;
   EXPECT_TRUE(Halide::Internal::is_const_one(
       modifier_block_visit(library("alibi"), block, ModifierParams{})));
+}
+
+// A modifier's layout must match its functions (register_modifier): each refused with a
+// logic_error, nothing registered.
+TEST(ModifierRegistry, LayoutsThatDoNotMatchTheirFunctionsAreRefused) {
+  const auto mask = [](const ModifierIndex& at, const ModifierParams&) { return at.j <= at.p; };
+  Modifier sink_without_function;
+  sink_without_function.layout.name = "test_sink_without_function";
+  sink_without_function.layout.sink = true;
+  EXPECT_THROW(register_modifier(sink_without_function), std::logic_error);
+  Modifier visit_without_mask;
+  visit_without_mask.layout.name = "test_visit_without_mask";
+  visit_without_mask.layout.sink = true;
+  visit_without_mask.sink = [](const Expr&, const ModifierParams&) { return Expr(0.0f); };
+  visit_without_mask.visit = [](const ModifierBlock&, const ModifierParams&) {
+    return Halide::Internal::const_true();
+  };
+  EXPECT_THROW(register_modifier(visit_without_mask), std::logic_error);
+  Modifier nothing;
+  nothing.layout.name = "test_nothing";
+  EXPECT_THROW(register_modifier(nothing), std::logic_error);
+  Modifier twice;
+  twice.layout.name = "prefix";  // the library's
+  twice.layout.mask = true;
+  twice.mask = mask;
+  EXPECT_THROW(register_modifier(twice), std::logic_error);
+  for (const char* name :
+       {"test_sink_without_function", "test_visit_without_mask", "test_nothing"}) {
+    EXPECT_EQ(find_modifier(name), nullptr) << name;
+  }
+  // A matching one registers and is found.
+  Modifier fine;
+  fine.layout.name = "test_causal_again";
+  fine.layout.mask = true;
+  fine.mask = mask;
+  EXPECT_TRUE(register_modifier(fine));
+  EXPECT_NE(find_modifier("test_causal_again"), nullptr);
 }
 
 }  // namespace
