@@ -55,6 +55,7 @@
 #include "ceilings.h"
 #include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
 #include "runtime/src/kv_cache.h"  // the cache views a decode call gives its kernel
+#include "tests/reference.h"       // T5's buckets for the bias the modifier computes
 
 namespace {
 
@@ -795,15 +796,11 @@ void t5(benchmark::State& state, int64_t S, T5Way way) {
   attngen_tensor tb{};
   if (way == T5Way::kModifier) opt.modifier = &m;
   if (way == T5Way::kAdditive) {
-    // The buckets as Hugging Face's _relative_position_bucket gives them (bidirectional, 32, 128).
-    std::vector<int> bucket(static_cast<size_t>(2 * S - 1));
+    // The buckets of the modifier's parameters, as the reference computes them.
+    std::vector<int64_t> bucket(static_cast<size_t>(2 * S - 1));
     for (int64_t rel = -(S - 1); rel < S; ++rel) {
-      const int64_t n = rel < 0 ? -rel : rel;
-      int64_t b = rel > 0 ? 16 : 0;
-      b += n < 8 ? n
-                 : std::min<int64_t>(
-                       15, 8 + static_cast<int64_t>(std::log(n / 8.0) / std::log(16.0) * 8.0));
-      bucket[static_cast<size_t>(rel + S - 1)] = static_cast<int>(b);
+      bucket[static_cast<size_t>(rel + S - 1)] =
+          attngen::test::reference_t5_bucket(rel, m.scalars[0] != 0.0f, kBuckets, m.scalars[1]);
     }
     bias.resize(static_cast<size_t>(H * S * S));
     for (int64_t h = 0; h < H; ++h) {

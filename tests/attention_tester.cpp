@@ -52,9 +52,11 @@ struct AttentionTester::Call {
   std::vector<float> mask_floats;
   attngen_modifier modifier{};
   std::string modifier_name;
-  Storage slopes;
-  std::vector<int32_t> ids;
-  attngen_tensor t_ids{};
+  // A modifier's tensor: f32 values (ALiBi's slopes, T5's table, sink logits) or i32 ones
+  // (document ids, prefix lengths).
+  Storage mod_floats;
+  std::vector<int32_t> mod_ints;
+  attngen_tensor t_mod_ints{};
   attngen_attention_options opt = attngen_attention_options_default();
   // The same configuration for the reference, and what it computes besides the output.
   RefAttention ref;
@@ -237,7 +239,7 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
   if (c.modifier_name == "document") {
     // Documents of 1 to Skv / 3 + 1 tokens, packed one after another, ids counting up.
     std::uniform_int_distribution<int64_t> length(1, skv_ / 3 + 1);
-    c.ids.resize(static_cast<size_t>(batch_ * skv_));
+    c.mod_ints.resize(static_cast<size_t>(batch_ * skv_));
     for (int64_t b = 0; b < batch_; ++b) {
       int32_t id = 0;
       for (int64_t j = 0, left = length(rng); j < skv_; ++j, --left) {
@@ -245,13 +247,13 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
           ++id;
           left = length(rng);
         }
-        c.ids[static_cast<size_t>(b * skv_ + j)] = id;
+        c.mod_ints[static_cast<size_t>(b * skv_ + j)] = id;
       }
     }
     const int64_t shape[2] = {batch_, skv_};
-    c.t_ids = attngen_tensor_contiguous(c.ids.data(), ATTNGEN_I32, 2, shape);
-    c.modifier.tensors[0] = &c.t_ids;
-    const std::vector<int32_t> ids = c.ids;
+    c.t_mod_ints = attngen_tensor_contiguous(c.mod_ints.data(), ATTNGEN_I32, 2, shape);
+    c.modifier.tensors[0] = &c.t_mod_ints;
+    const std::vector<int32_t> ids = c.mod_ints;
     const int64_t skv = skv_;
     c.ref.mask_mod = [ids, skv](int64_t b, int64_t, int64_t p, int64_t j) {
       return reference_document_attends(ids.data() + b * skv, skv, p, j);
@@ -261,13 +263,13 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
   if (c.modifier_name == "prefix") {
     // Prefixes of 0 to past Skv keys, the edges (none, all) included.
     std::uniform_int_distribution<int32_t> length(0, static_cast<int32_t>(skv_ + 2));
-    c.ids.resize(static_cast<size_t>(batch_));
-    for (int32_t& x : c.ids) x = length(rng);
-    if (batch_ > 1) c.ids[0] = 0;
-    if (batch_ > 2) c.ids[1] = static_cast<int32_t>(skv_);
-    c.t_ids = attngen_tensor_contiguous(c.ids.data(), ATTNGEN_I32, 1, &batch_);
-    c.modifier.tensors[0] = &c.t_ids;
-    const std::vector<int32_t> lengths = c.ids;
+    c.mod_ints.resize(static_cast<size_t>(batch_));
+    for (int32_t& x : c.mod_ints) x = length(rng);
+    if (batch_ > 1) c.mod_ints[0] = 0;
+    if (batch_ > 2) c.mod_ints[1] = static_cast<int32_t>(skv_);
+    c.t_mod_ints = attngen_tensor_contiguous(c.mod_ints.data(), ATTNGEN_I32, 1, &batch_);
+    c.modifier.tensors[0] = &c.t_mod_ints;
+    const std::vector<int32_t> lengths = c.mod_ints;
     c.ref.mask_mod = [lengths](int64_t b, int64_t, int64_t p, int64_t j) {
       return reference_prefix_attends(lengths[static_cast<size_t>(b)], p, j);
     };
@@ -289,11 +291,11 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
   }
   if (c.modifier_name == "sink_logit") {
     // Logits around the scores' range, one head's -inf (no sink).
-    c.slopes.init({hq_}, 0);
-    fill_modifier_values(c.slopes, rng, 3.0);
-    if (hq_ > 1) c.slopes.buf[0] = -std::numeric_limits<float>::infinity();
-    c.modifier.tensors[0] = &c.slopes.t;
-    const std::vector<double> logits = c.slopes.dense();
+    c.mod_floats.init({hq_}, 0);
+    fill_modifier_values(c.mod_floats, rng, 3.0);
+    if (hq_ > 1) c.mod_floats.buf[0] = -std::numeric_limits<float>::infinity();
+    c.modifier.tensors[0] = &c.mod_floats.t;
+    const std::vector<double> logits = c.mod_floats.dense();
     c.ref.sink_logit = [logits](int64_t h) { return logits[static_cast<size_t>(h)]; };
     return;
   }
@@ -307,12 +309,12 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     const int64_t buckets = bucket_counts[pick(rng)];
     const float reach = reaches[pick(rng)];
     const bool bidirectional = coin(rng);
-    c.slopes.init({buckets, hq_}, 0);
-    fill_modifier_values(c.slopes, rng, 3.0);
-    c.modifier.tensors[0] = &c.slopes.t;
+    c.mod_floats.init({buckets, hq_}, 0);
+    fill_modifier_values(c.mod_floats, rng, 3.0);
+    c.modifier.tensors[0] = &c.mod_floats.t;
     c.modifier.scalars[0] = bidirectional ? 1.0f : 0.0f;
     c.modifier.scalars[1] = reach;
-    const std::vector<double> table = c.slopes.dense();
+    const std::vector<double> table = c.mod_floats.dense();
     const int64_t hq = hq_;
     c.ref.score_mod = [=](double x, int64_t, int64_t h, int64_t p, int64_t j) {
       const int64_t bucket = reference_t5_bucket(j - p, bidirectional, buckets, reach);
@@ -321,26 +323,24 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     return;
   }
   ASSERT_EQ(c.modifier_name, "alibi") << "no reference for modifier " << c.modifier_name;
-  c.slopes.init({hq_}, 0);
+  c.mod_floats.init({hq_}, 0);
   if (standard_slopes_) {
-    ASSERT_EQ(attngen_alibi_slopes(hq_, c.slopes.buf.data()), ATTNGEN_OK) << attngen_last_error();
+    ASSERT_EQ(attngen_alibi_slopes(hq_, c.mod_floats.buf.data()), ATTNGEN_OK)
+        << attngen_last_error();
   } else if (integer_ > 0) {
-    // Multiples of 1/16: with integer_inputs every biased score stays exact in f32 (the test's
-    // one-hot rows must not hang on the rounding of a near-tie).
-    c.slopes.fill_integers(rng, 8);
-    for (float& x : c.slopes.buf) x /= 16.0f;
+    fill_modifier_values(c.mod_floats, rng, 0.5);
   } else {
     // Slopes of either sign and size, as learned ones may be, scaled so that the bias (up to
     // slope * Skv) stays within about 40: a score of magnitude x holds in f32 only to x * 2^-24,
     // which the float64 reference does not share (at 600, with S1031, the rounding of the biased
     // scores alone passed the f32 tolerance).
     const double reach = std::min(1.0, 64.0 / static_cast<double>(skv_));
-    c.slopes.fill_random(rng, -0.3 * reach, 0.6 * reach);
+    c.mod_floats.fill_random(rng, -0.3 * reach, 0.6 * reach);
   }
   const bool symmetric = symmetric_;
-  c.modifier.tensors[0] = &c.slopes.t;
+  c.modifier.tensors[0] = &c.mod_floats.t;
   c.modifier.scalars[0] = symmetric ? 1.0f : 0.0f;
-  const std::vector<double> slopes = c.slopes.dense();
+  const std::vector<double> slopes = c.mod_floats.dense();
   c.ref.score_mod = [slopes, symmetric](double x, int64_t, int64_t h, int64_t p, int64_t j) {
     return reference_alibi(x, slopes[static_cast<size_t>(h)], p, j, symmetric);
   };

@@ -36,6 +36,13 @@ void on_every_cpu_isa(Body body) {
   }
 }
 
+// A tester of a library modifier (with ALiBi's symmetric form where `symmetric`).
+AttentionTester with_modifier(const char* name, bool symmetric = false) {
+  AttentionTester t;
+  t.modifier(name, symmetric);
+  return t;
+}
+
 // The kernel the last call ran, which must have been generated with `modifier`.
 void expect_ran_modifier(const char* modifier) {
   const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
@@ -64,11 +71,7 @@ TEST(Modifier, AlibiSlopesAreThePapers) {
 // ALiBi with every run-time option of its kernels, on each CPU ISA.
 TEST(Modifier, AlibiOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto alibi = [](bool symmetric = false) {
-      AttentionTester t;
-      t.modifier("alibi", symmetric);
-      return t;
-    };
+    const auto alibi = [](bool symmetric = false) { return with_modifier("alibi", symmetric); };
     // Causal decoder shapes: bottom-right (a chunk of new queries over a longer context), one
     // query over a cache, top-left, key padding, GQA.
     alibi().batch(2).heads(4, 4).seq(37, 53).head_dim(64).causal().Test();
@@ -97,11 +100,7 @@ TEST(Modifier, AlibiOnEveryIsa) {
 // context (their positions index the ids), the other dtypes.
 TEST(Modifier, DocumentOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto document = [] {
-      AttentionTester t;
-      t.modifier("document");
-      return t;
-    };
+    const auto document = [] { return with_modifier("document"); };
     document().batch(2).heads(4, 4).seq(90, 90).head_dim(64).causal().Test();
     expect_ran_modifier("document");
     document().batch(2).heads(4, 2).seq(200, 200).head_dim(128).Test();
@@ -124,11 +123,7 @@ TEST(Modifier, DocumentOnEveryIsa) {
 // alignment, padding, GQA, the other dtypes.
 TEST(Modifier, PrefixOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto prefix = [] {
-      AttentionTester t;
-      t.modifier("prefix");
-      return t;
-    };
+    const auto prefix = [] { return with_modifier("prefix"); };
     prefix().batch(3).heads(4, 2).seq(300, 300).head_dim(64).Test();
     expect_ran_modifier("prefix");
     prefix().batch(3).heads(2, 2).seq(40, 257).head_dim(128).kv_len({257, 100, 0}).Test();
@@ -144,11 +139,7 @@ TEST(Modifier, PrefixOnEveryIsa) {
 // the sinks and their window, a chunk of queries over a longer context, padding, GQA.
 TEST(Modifier, SinksOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto sinks = [] {
-      AttentionTester t;
-      t.modifier("sinks");
-      return t;
-    };
+    const auto sinks = [] { return with_modifier("sinks"); };
     for (int repeat = 0; repeat < 3; ++repeat) {
       sinks().batch(1).heads(2, 1).seq(600, 600).head_dim(64).causal().Test();
     }
@@ -166,11 +157,7 @@ TEST(Modifier, SinksOnEveryIsa) {
 // bucket count, reach and direction drawn per test.
 TEST(Modifier, T5BiasOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto t5 = [] {
-      AttentionTester t;
-      t.modifier("t5_bias");
-      return t;
-    };
+    const auto t5 = [] { return with_modifier("t5_bias"); };
     for (int repeat = 0; repeat < 3; ++repeat) {
       t5().batch(2).heads(4, 4).seq(300, 300).head_dim(64).Test();
     }
@@ -190,11 +177,7 @@ TEST(Modifier, T5BiasOnEveryIsa) {
 // tensor, several key blocks, the other dtypes.
 TEST(Modifier, SinkLogitOnEveryIsa) {
   on_every_cpu_isa([] {
-    const auto sink = [] {
-      AttentionTester t;
-      t.modifier("sink_logit");
-      return t;
-    };
+    const auto sink = [] { return with_modifier("sink_logit"); };
     sink().batch(2).heads(8, 2).seq(1, 300).head_dim(64).causal().Test();
     expect_ran_modifier("sink_logit");
     sink().batch(3).heads(4, 4).seq(37, 53).head_dim(128).causal().kv_len({53, 0, 20}).Test();
