@@ -53,6 +53,7 @@
 #include "bench/flops.h"
 #include "bench/shapes.h"
 #include "ceilings.h"
+#include "core/cpu_features.h"
 #include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
 #include "runtime/src/kv_cache.h"  // the cache views a decode call gives its kernel
 #include "tests/reference.h"       // T5's buckets for the bias the modifier computes
@@ -399,11 +400,36 @@ void set_bandwidth(benchmark::State& state, double bytes) {
                                               benchmark::Counter::kIs1000);
 }
 
+// The arithmetic the x86 decode kernels need per key and kv head (schedules/cpu_decode.cpp), g
+// query rows a kv head and Dqk = Dv = D, in 512-bit instructions: q.k and P.V g * D / 16 FMAs
+// each; an f16 or bf16 cache also widens each vector of K (16 keys' element d) and of V once, 2 *
+// D / 16 widenings; an i8 cache with VNNI (the avx512bf16 row's kernel) takes q.k as g * D / 64
+// vpdpbusd (16 keys x 4 bytes each), P.V as 3 * g * D / 64 (the weights' 3 bytes, 4 keys each),
+// and D / 64 xors of K into u8, without VNNI its FMAs with K's and V's bytes widened (counted as
+// bf16's widenings, two instructions each). Shuffles, horizontal sums, exps and loads are
+// left out: the bound is what the contract's arithmetic needs, not what a schedule spends.
+attngen::bench::DecodeMix decode_mix(const DecodeShape& s, attngen_dtype dtype) {
+  const int rows = static_cast<int>(s.hq / s.hkv * s.sq), d = static_cast<int>(s.d);
+  attngen::bench::DecodeMix m;
+  if (dtype == ATTNGEN_I8 && attngen::cpu_feature("avx512bf16")) {
+    m.dot_u8i8 = 4 * rows * d / 64;
+    m.xor_u8 = d / 64;
+    return m;
+  }
+  m.fma = 2 * rows * d / 16;
+  if (dtype == ATTNGEN_F16) m.cvt_f16 = 2 * d / 16;
+  if (dtype == ATTNGEN_BF16 || dtype == ATTNGEN_I8) m.widen_bf16 = 2 * d / 16;
+  return m;
+}
+
 // kv_splits as in attngen_decode_options (0: automatic); threads 0: the run's thread count, -1:
 // the library's default (attngen_set_num_threads(0): HL_NUM_THREADS, else one per core); the
-// cache's dtype (filled from f32 K and V by the append).
-void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
-            attngen_dtype dtype) {
+// cache's dtype (filled from f32 K and V by the append). roofline: the call's time against the
+// same run's bounds (decode_roofline/ below), as counters: read_us, the cache's bytes at a
+// streaming read's rate; arith_us, the keys' arithmetic (decode_mix) at the rate this CPU issues
+// it; roofline, the larger of the two over the call's time.
+void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
+                attngen_dtype dtype, bool roofline) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   o.dtype = dtype;
   o.layers = 1;
@@ -432,16 +458,43 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
     state.SkipWithError(attngen_last_error());
   } else {
     state.SetLabel(attngen_last_kernel());
+    double read_us = 0, arith_us = 0;
+    if (roofline) {
+      const int t = threads > 0 ? threads : g_threads;
+      read_us =
+          kv_bytes(s, dtype) / attngen::bench::stream_read_rate(kv_bytes(s, dtype), t, 0.3) * 1e-3;
+      const double keys = static_cast<double>(s.b * s.hkv * s.skv);
+      arith_us = keys / attngen::bench::decode_mix_rate(decode_mix(s, dtype), t, 0.3) * 1e6;
+    }
+    const auto start = std::chrono::steady_clock::now();
     for (auto _ : state) {
       if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
         state.SkipWithError(attngen_last_error());
         break;
       }
     }
+    const double call_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        std::max<double>(1, static_cast<double>(state.iterations()));
     set_bandwidth(state, kv_bytes(s, dtype));
+    if (roofline) {
+      state.counters["read_us"] = read_us;
+      state.counters["arith_us"] = arith_us;
+      state.counters["roofline"] = std::max(read_us, arith_us) / call_us;
+    }
   }
   if (threads != 0) attngen_set_num_threads(g_threads);
   attngen_kv_cache_destroy(cache);
+}
+
+void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
+            attngen_dtype dtype) {
+  decode_run(state, s, kv_splits, threads, dtype, false);
+}
+
+void decode_roofline(benchmark::State& state, DecodeShape s, attngen_dtype dtype) {
+  decode_run(state, s, 0, 0, dtype, true);
 }
 
 // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over a cache of about
@@ -484,6 +537,20 @@ void register_decode() {
     add(std::string("stream_cache/") + word + "/" +
             std::to_string(static_cast<int64_t>(kv_bytes(llama, dtype)) >> 10) + "KiB",
         attngen::bench::stream_read, kv_bytes(llama, dtype), g_threads);
+  }
+  // Each dtype's cache at an L3-resident and a DRAM-sized length (its own bytes), against its
+  // roofline: the same run's read and arithmetic bounds (decode above).
+  for (const auto& [dtype, word] : dtypes) {
+    DecodeShape one = llama;
+    one.skv = 1;
+    for (const auto& [where, bytes] :
+         {std::pair<const char*, size_t>{"l3", attngen::bench::l3_resident_bytes()},
+          std::pair<const char*, size_t>{"dram", attngen::bench::dram_bytes()}}) {
+      DecodeShape s = llama;
+      s.skv = std::max<int64_t>(1, static_cast<int64_t>(bytes / kv_bytes(one, dtype)));
+      add(std::string("decode_roofline/") + word + "/" + where + "/" + describe(s), decode_roofline,
+          s, dtype);
+    }
   }
   // The cost of a call: a cache of 16 slots, with the run's thread count set and with the
   // library's default (which once read the CPU count from /sys on every parallel loop).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -362,47 +363,182 @@ void bf16_peak(benchmark::State& state, const std::string& unit, int threads) {
   state.SetLabel(unit + " x" + std::to_string(threads));
 }
 
-void stream_read(benchmark::State& state, double bytes, int threads) {
+namespace {
+
+// ---- A decode kernel's arithmetic per key (DecodeMix): each kind of instruction on 8
+// independent chains, its inputs made opaque to the compiler once an iteration (an empty asm
+// that may change them), its results kept (an empty asm that reads them), so that nothing is
+// hoisted or dropped and nothing but the mix is issued.
+#if defined(__x86_64__)
+template <typename T>
+inline void opaque(T& x) {
+  __asm__ volatile("" : "+v"(x));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float mix_loop_avx512(const DecodeMix& m,
+                                                                             int64_t keys,
+                                                                             float seed) {
+  __m512 acc[8], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(seed);
+  __m512i dot[8], a = _mm512_set1_epi32(0x01010101), b = _mm512_set1_epi32(0x02020202);
+  __m256i h = _mm256_set1_epi16(0x3c00);
+  for (int c = 0; c < 8; ++c) {
+    acc[c] = _mm512_set1_ps(seed * static_cast<float>(c + 1));
+    dot[c] = _mm512_set1_epi32(c);
+  }
+  // Each kind in groups of 8 (one per chain, indices constant once unrolled: the chains stay in
+  // registers), then the remainder on the first chain.
+  const int fma8 = m.fma / 8, dot8 = m.dot_u8i8 / 8;
+  for (int64_t k = 0; k < keys; ++k) {
+    opaque(x);
+    opaque(h);
+    opaque(a);
+    for (int i = 0; i < fma8; ++i) {
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(acc[c], x, y);
+    }
+    for (int i = 0; i < m.fma % 8; ++i) acc[0] = _mm512_fmadd_ps(acc[0], x, y);
+    for (int i = 0; i < m.cvt_f16; ++i) {
+      __m512 w = _mm512_cvtph_ps(h);
+      opaque(w);
+    }
+    for (int i = 0; i < m.widen_bf16; ++i) {
+      __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+      opaque(w);
+    }
+    for (int i = 0; i < dot8; ++i) {
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) dot[c] = _mm512_dpbusd_epi32(dot[c], a, b);
+    }
+    for (int i = 0; i < m.dot_u8i8 % 8; ++i) dot[0] = _mm512_dpbusd_epi32(dot[0], a, b);
+    for (int i = 0; i < m.xor_u8; ++i) {
+      __m512i w = _mm512_xor_si512(a, b);
+      opaque(w);
+    }
+  }
+  for (int c = 1; c < 8; ++c) {
+    acc[0] = _mm512_add_ps(acc[0], acc[c]);
+    dot[0] = _mm512_add_epi32(dot[0], dot[c]);
+  }
+  return _mm512_reduce_add_ps(acc[0]) + static_cast<float>(_mm512_reduce_add_epi32(dot[0]));
+}
+#endif
+
+}  // namespace
+
+double decode_mix_rate(const DecodeMix& mix, int threads, double seconds) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      (mix.dot_u8i8 > 0 && !__builtin_cpu_supports("avx512vnni"))) {
+    return 0;
+  }
+  const int per_key = mix.fma + mix.cvt_f16 + 2 * mix.widen_bf16 + mix.dot_u8i8 + mix.xor_u8;
+  const int64_t keys = std::max<int64_t>(1, (int64_t{1} << 24) / std::max(1, per_key));
+  std::vector<float> sums(static_cast<size_t>(threads) * 16);
+  Team team(threads);
+  const std::function<void(int)> work = [&](int t) {
+    sums[static_cast<size_t>(t) * 16] = mix_loop_avx512(mix, keys, 1e-3f * (t + 1));
+  };
+  double best = 0, spent = 0;
+  for (int pass = 0; pass < 3 || spent < seconds; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    team.run(work);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spent += s;
+    best = std::max(best, static_cast<double>(keys) * threads / s);
+  }
+  benchmark::DoNotOptimize(sums.data());
+  return best;
+#else
+  (void)mix;
+  (void)threads;
+  (void)seconds;
+  return 0;
+#endif
+}
+
+namespace {
+
+// A buffer of `bytes` as stream_read reads it, `threads` slices of whole iterations of its loop.
+struct StreamBuffer {
   using Sum = float (*)(const float*, size_t);
   Sum sum = sum_portable;
+  size_t slice = 0, n = 0;
+  std::unique_ptr<float, decltype(&std::free)> buf{nullptr, &std::free};
+};
+
+StreamBuffer stream_buffer(double bytes, int threads) {
+  StreamBuffer b;
   size_t step = 8;  // floats per iteration of the sum's loop
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
-    sum = sum_avx512;
+    b.sum = sum_avx512;
     step = 128;
   } else if (__builtin_cpu_supports("avx2")) {
-    sum = sum_avx2;
+    b.sum = sum_avx2;
     step = 64;
   }
 #endif
-  const size_t slice = static_cast<size_t>(bytes / sizeof(float)) / threads / step * step;
-  const size_t n = slice * threads;
+  b.slice = static_cast<size_t>(bytes / sizeof(float)) / threads / step * step;
+  b.n = b.slice * threads;
   // In 2 MiB pages, aligned to them, as the runtime asks for a KV cache's storage
   // (runtime/src/kv_cache.cpp): the ceiling of a decode reads memory paged as the decode's is.
   constexpr size_t kHuge = size_t{2} << 20;
-  const size_t alloc_bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  std::unique_ptr<float, decltype(&std::free)> buf(
-      static_cast<float*>(std::aligned_alloc(kHuge, alloc_bytes)), &std::free);
-  if (!buf) {
-    state.SkipWithError("out of memory");
-    return;
-  }
+  const size_t alloc_bytes = (b.n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  b.buf.reset(static_cast<float*>(std::aligned_alloc(kHuge, alloc_bytes)));
+  if (!b.buf) return b;
 #if defined(MADV_HUGEPAGE)
-  madvise(buf.get(), alloc_bytes, MADV_HUGEPAGE);
+  madvise(b.buf.get(), alloc_bytes, MADV_HUGEPAGE);
 #endif
-  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  for (size_t i = 0; i < b.n; ++i) b.buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  return b;
+}
+
+}  // namespace
+
+double stream_read_rate(double bytes, int threads, double seconds) {
+  const StreamBuffer b = stream_buffer(bytes, threads);
+  if (!b.buf) return 0;
   std::vector<float> sums(static_cast<size_t>(threads) * 16);
   Team team(threads);
   const std::function<void(int)> work = [&](int t) {
-    sums[static_cast<size_t>(t) * 16] = sum(buf.get() + static_cast<size_t>(t) * slice, slice);
+    sums[static_cast<size_t>(t) * 16] =
+        b.sum(b.buf.get() + static_cast<size_t>(t) * b.slice, b.slice);
+  };
+  team.run(work);  // first touch
+  double best = 0, spent = 0;
+  for (int pass = 0; pass < 3 || spent < seconds; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    team.run(work);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spent += s;
+    best = std::max(best, static_cast<double>(b.n * sizeof(float)) / s * 1e-9);
+  }
+  benchmark::DoNotOptimize(sums.data());
+  return best;
+}
+
+void stream_read(benchmark::State& state, double bytes, int threads) {
+  const StreamBuffer b = stream_buffer(bytes, threads);
+  if (!b.buf) {
+    state.SkipWithError("out of memory");
+    return;
+  }
+  std::vector<float> sums(static_cast<size_t>(threads) * 16);
+  Team team(threads);
+  const std::function<void(int)> work = [&](int t) {
+    sums[static_cast<size_t>(t) * 16] =
+        b.sum(b.buf.get() + static_cast<size_t>(t) * b.slice, b.slice);
   };
   team.run(work);  // first touch
   for (auto _ : state) {
     team.run(work);
     benchmark::DoNotOptimize(sums.data());
   }
-  set_rate(state, "GB/s", static_cast<double>(n * sizeof(float)));
+  set_rate(state, "GB/s", static_cast<double>(b.n * sizeof(float)));
 }
 
 size_t l3_bytes() {

@@ -38,6 +38,24 @@ void bf16_peak(benchmark::State& state, const std::string& unit, int threads);
 // vector loads the CPU has, several accumulators each.
 void stream_read(benchmark::State& state, double bytes, int threads);
 
+// GB/s of stream_read's loop over a buffer of `bytes` on `threads` threads: the best of
+// several passes taking about `seconds` in all (a ceiling measured inside another benchmark).
+double stream_read_rate(double bytes, int threads, double seconds);
+
+// The arithmetic a decode kernel needs per key and kv head, in 512-bit instructions: FMAs, f16
+// widenings (vcvtph2ps), bf16 widenings (vpmovzxwd and vpslld each), u8 x i8 dot products
+// (vpdpbusd) and the xors that offset an i8 K into u8 (bench/RESULTS.md, "Decode against its
+// roofline", derives each kernel's).
+struct DecodeMix {
+  int fma = 0, cvt_f16 = 0, widen_bf16 = 0, dot_u8i8 = 0, xor_u8 = 0;
+};
+
+// Keys a second, on `threads` threads, at which this CPU issues `mix` (each thread the mix of one
+// key an iteration, every instruction independent of the others but its chain's): the best of
+// several passes taking about `seconds` in all; 0 where the CPU lacks AVX-512, or AVX512-VNNI for
+// a mix with dot products.
+double decode_mix_rate(const DecodeMix& mix, int threads, double seconds);
+
 // Bytes of the last-level cache (sysfs, then sysconf) and of all cores' L2s together; 0 where
 // unknown.
 size_t l3_bytes();
