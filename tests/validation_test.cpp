@@ -282,6 +282,38 @@ TEST_F(AttentionValidation, UnsupportedTarget) {
   EXPECT_EQ(attngen_register_kernel(nullptr), ATTNGEN_ERROR_NULL_POINTER);
 }
 
+// A kernel registered after a call chose another takes the same call over: the runtime remembers
+// its last choices per thread (registry.cpp), and a registration makes them stale. The registered
+// kernel is the chosen one's descriptor under another name, running through it (so that any later
+// test of this process still gets right results).
+const attngen_kernel_info* g_chosen = nullptr;
+int g_forwarded_runs = 0;
+int forwarding_run(void* uc, const attngen_kernel_args* args) {
+  ++g_forwarded_runs;
+  return g_chosen->run(uc, args);
+}
+
+TEST_F(AttentionValidation, RegistrationSupersedesRememberedChoice) {
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();  // the second served from memory
+  const std::string first = attngen_last_kernel();
+  g_chosen = attngen_find_kernel(first.c_str());
+  ASSERT_NE(g_chosen, nullptr) << first;
+  static attngen_kernel_info twin;
+  static const std::string name = "test_twin_of_" + first;
+  if (attngen_find_kernel(name.c_str()) == nullptr) {
+    twin = *g_chosen;
+    twin.name = name.c_str();
+    twin.run = forwarding_run;
+    ASSERT_EQ(attngen_register_kernel(&twin), ATTNGEN_OK) << attngen_last_error();
+  }
+  const int runs = g_forwarded_runs;
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_STREQ(attngen_last_kernel(), name.c_str())
+      << "a registered kernel that fits as well, scanned first, was not chosen";
+  EXPECT_EQ(g_forwarded_runs, runs + 1);
+}
+
 // Dispatch and attngen_set_isa() never take a row of another architecture's (on 32-bit ARM the
 // aarch64 rows neon and neonfp16 are refused like the x86 ones), and every built-in kernel this
 // machine runs is of its architecture.

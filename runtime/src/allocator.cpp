@@ -262,6 +262,9 @@ int do_loop_task(void* user_context, halide_loop_task_t fn, int min, int extent,
   return result;
 }
 
+// SerialRuns held on this thread (internal.h).
+ATTNGEN_THREAD_LOCAL int t_serial_runs = 0;
+
 // A parallel loop started by a task while this thread holds blocks of a run with memory of its
 // own runs its tasks here, in order: a thread holding blocks never waits in Halide's pool (where
 // it could take other tasks, of this run or another, each holding more), so a run's blocks are
@@ -273,6 +276,9 @@ int do_loop_task(void* user_context, halide_loop_task_t fn, int min, int extent,
 // order too (nested_loops.h). Loops of other Halide pipelines of the process go through here as
 // well: the choice reads no user_context.
 int do_par_for(void* user_context, halide_task_t fn, int min, int size, uint8_t* closure) {
+  if (t_serial_runs > 0) {
+    return nested_loops::run_in_order(user_context, fn, min, size, closure, halide_do_task);
+  }
   if (t_blocks.memory != nullptr) {
     t_blocks.memory->nested.store(true);
     return nested_loops::run_in_order(user_context, fn, min, size, closure, halide_do_task);
@@ -296,6 +302,14 @@ ATTNGEN_THREAD_LOCAL size_t t_workspace_bytes = 0;
 ATTNGEN_THREAD_LOCAL CallScratch* t_scratch = nullptr;
 
 }  // namespace
+
+SerialRuns::SerialRuns(bool serial) : serial_(serial) {
+  if (serial_) ++t_serial_runs;
+}
+
+SerialRuns::~SerialRuns() {
+  if (serial_) --t_serial_runs;
+}
 
 void install_allocator() {
 #if ATTNGEN_SINGLE_THREADED

@@ -34,6 +34,13 @@ const char* const kRowsDims[] = {"B", "t", "E"};
 constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kMinSplitKeys = 256;
 
+// A call of at most this many (cached slot, query row) pairs runs its kernel's parallel loops in
+// order on the calling thread (SerialRuns): its arithmetic, ~15 ns a slot and kv head at g = 4
+// on one core, is then a few microseconds, about what waking another thread costs. On the 2-core
+// VM (bench/RESULTS.md, "Short decode calls on one thread"), B1 Hq 32 / Hkv 8 over 16 slots (512
+// pairs) took 6.5 us on one thread against 8.8 on two.
+constexpr int64_t kSerialKeyRows = 1024;
+
 // Keys per split for `slots` cached slots, `groups` = B * Hkv (sequence, kv head) pairs.
 int64_t split_keys(int64_t slots, int64_t groups, int32_t kv_splits) {
   int64_t splits = kv_splits;
@@ -161,6 +168,7 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
   const int64_t slots = slots_read(cache, longest);
   run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
   const attngen_kernel_info* kernel = kernels.serving(slots);
+  const SerialRuns serial(o.batch * q.shape[1] * q.shape[2] * slots <= kSerialKeyRows);
   return run_kernel(c, kernel, run.args) == ATTNGEN_OK ? kernel : nullptr;
 }
 

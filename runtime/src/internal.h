@@ -289,6 +289,20 @@ class F32Staging {
 // Threads the kernels run on (attngen_set_num_threads(), or Halide's default; threads.cpp).
 int thread_count();
 
+// While one is held with `serial` true, the kernels this thread runs take their parallel loops'
+// tasks in order on this thread (allocator.cpp, do_par_for): for a call whose work is less than
+// what waking the pool's threads costs (decode.cpp, kSerialKeyRows).
+class SerialRuns {
+ public:
+  explicit SerialRuns(bool serial);
+  ~SerialRuns();
+  SerialRuns(const SerialRuns&) = delete;
+  SerialRuns& operator=(const SerialRuns&) = delete;
+
+ private:
+  bool serial_;
+};
+
 // Held while a kernel runs (run_kernel()): attngen_set_num_threads() and attngen_release_memory()
 // resize or stop Halide's thread pool only while no kernel holds one (threads.cpp).
 class KernelRunScope {

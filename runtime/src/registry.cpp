@@ -96,6 +96,9 @@ bool cpu_has(const char* isa) {
 // The ISA set by attngen_set_isa(), or nullptr.
 std::atomic<const char*> g_forced_isa{nullptr};
 
+// Changed by every attngen_register_kernel(): the choices remembered before it are stale.
+std::atomic<uint64_t> g_registry_generation{0};
+
 // A descriptor this runtime can read: the same ABI version, and at least our struct's size.
 bool abi_compatible(const attngen_kernel_info& k) {
   return k.abi_version == ATTNGEN_KERNEL_ABI_VERSION &&
@@ -302,6 +305,40 @@ std::string dtype_error(const attngen_kernel_info& k, const KernelQuery& q) {
          " (no kernel for " + describe(q) + " takes " + dtype_name(got) + " " + tensor + ")";
 }
 
+// The last choices of select_kernel() on this thread. A call that asks for what an earlier one
+// did gets its kernel without a scan of every descriptor (~1.4 us a call with CI's ~400 kernels:
+// the fits, the ISAs' ranks by name; bench/RESULTS.md, "Short decode calls on one thread"). The
+// key is everything the choice reads of the call (the whole query), the registry's generation and
+// the forced ISA; the CPU's features and the bf16 rate are fixed for the process. Trivially
+// destructible, so that a thread's first call registers no destructor (an allocation, which a
+// call in a workspace must not make: Workspace.TwoThreadsEachWithItsOwn).
+struct Choice {
+  KernelQuery query{ATTNGEN_OP_ATTENTION};
+  char modifier[32] = {};  // the query's, copied (a longer name is not remembered)
+  uint64_t generation = 0;
+  const char* forced = nullptr;
+  const attngen_kernel_info* kernel = nullptr;
+};
+constexpr int kChoices = 8;
+struct Choices {
+  Choice entries[kChoices];
+  int next = 0;
+};
+
+bool same_query(const KernelQuery& a, const KernelQuery& b, const char* b_modifier) {
+  return a.op == b.op && a.head_dim_qk == b.head_dim_qk && a.head_dim_v == b.head_dim_v &&
+         a.mask == b.mask && a.mask_tensor == b.mask_tensor && a.softcap == b.softcap &&
+         std::memcmp(&a.pattern, &b.pattern, sizeof a.pattern) == 0 && a.weights == b.weights &&
+         a.lse == b.lse && std::strcmp(b_modifier, a.modifier) == 0 &&
+         std::memcmp(&a.dtypes, &b.dtypes, sizeof a.dtypes) == 0 && a.seq_q == b.seq_q &&
+         a.seq_kv == b.seq_kv;
+}
+
+Choices& choices() {
+  static ATTNGEN_THREAD_LOCAL Choices c;
+  return c;
+}
+
 }  // namespace
 
 const attngen_kernel_info* KernelList::operator[](size_t i) const {
@@ -338,6 +375,14 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
     return k;
   }
   const char* forced = g_forced_isa.load();
+  const uint64_t generation = g_registry_generation.load(std::memory_order_acquire);
+  Choices& remembered = choices();
+  for (const Choice& e : remembered.entries) {
+    if (e.kernel != nullptr && e.generation == generation && e.forced == forced &&
+        same_query(query, e.query, e.modifier)) {
+      return e.kernel;
+    }
+  }
   const attngen_kernel_info* best = nullptr;
   bool unsupported_fit = false;
   const KernelList kernels = kernel_list();
@@ -368,6 +413,16 @@ const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, con
       best = k;
       best_rank = rank;
     }
+  }
+  if (best != nullptr && std::strlen(query.modifier) < sizeof remembered.entries[0].modifier) {
+    Choice& e = remembered.entries[remembered.next];
+    remembered.next = (remembered.next + 1) % kChoices;
+    e.query = query;
+    std::strcpy(e.modifier, query.modifier);
+    e.query.modifier = "";
+    e.generation = generation;
+    e.forced = forced;
+    e.kernel = best;
   }
   if (best == nullptr) {
     if (other_dtypes != nullptr && !unsupported_fit) {
@@ -526,6 +581,7 @@ attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
   {
     std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
     attngen::rt::registered().push_back(kernel);
+    attngen::rt::g_registry_generation.fetch_add(1, std::memory_order_acq_rel);
   }
   return attngen::rt::finish(c, nullptr);
 }
