@@ -71,6 +71,22 @@ class Team {
   const std::function<void(int)>* fn_ = nullptr;
 };
 
+// The best rate, per second, of `per_pass` units done by each pass of `work` on `team`: at least 3
+// passes, about `seconds` in all (a ceiling measured inside another benchmark).
+double best_rate(Team& team, const std::function<void(int)>& work, double per_pass,
+                 double seconds) {
+  double best = 0, spent = 0;
+  for (int pass = 0; pass < 3 || spent < seconds; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    team.run(work);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spent += s;
+    best = std::max(best, per_pass / s);
+  }
+  return best;
+}
+
 void set_rate(benchmark::State& state, const char* counter, double per_iteration) {
   state.counters[counter] = benchmark::Counter(
       per_iteration, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
@@ -439,17 +455,9 @@ double decode_mix_rate(const DecodeMix& mix, int threads, double seconds) {
   const std::function<void(int)> work = [&](int t) {
     sums[static_cast<size_t>(t) * 16] = mix_loop_avx512(mix, keys, 1e-3f * (t + 1));
   };
-  double best = 0, spent = 0;
-  for (int pass = 0; pass < 3 || spent < seconds; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    team.run(work);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    spent += s;
-    best = std::max(best, static_cast<double>(keys) * threads / s);
-  }
+  const double rate = best_rate(team, work, static_cast<double>(keys) * threads, seconds);
   benchmark::DoNotOptimize(sums.data());
-  return best;
+  return rate;
 #else
   (void)mix;
   (void)threads;
@@ -508,17 +516,9 @@ double stream_read_rate(double bytes, int threads, double seconds) {
         b.sum(b.buf.get() + static_cast<size_t>(t) * b.slice, b.slice);
   };
   team.run(work);  // first touch
-  double best = 0, spent = 0;
-  for (int pass = 0; pass < 3 || spent < seconds; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    team.run(work);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    spent += s;
-    best = std::max(best, static_cast<double>(b.n * sizeof(float)) / s * 1e-9);
-  }
+  const double rate = best_rate(team, work, static_cast<double>(b.n * sizeof(float)), seconds);
   benchmark::DoNotOptimize(sums.data());
-  return best;
+  return rate * 1e-9;
 }
 
 void stream_read(benchmark::State& state, double bytes, int threads) {
