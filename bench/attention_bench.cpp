@@ -464,7 +464,13 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
       read_us =
           kv_bytes(s, dtype) / attngen::bench::stream_read_rate(kv_bytes(s, dtype), t, 0.3) * 1e-3;
       const double keys = static_cast<double>(s.b * s.hkv * s.skv);
-      arith_us = keys / attngen::bench::decode_mix_rate(decode_mix(s, dtype), t, 0.3) * 1e6;
+      const double rate = attngen::bench::decode_mix_rate(decode_mix(s, dtype), t, 0.3);
+      if (rate > 0) {
+        arith_us = keys / rate * 1e6;
+      } else {
+        state.SetLabel(std::string(attngen_last_kernel()) +
+                       " (no arithmetic bound: its loop needs AVX-512)");
+      }
     }
     const auto start = std::chrono::steady_clock::now();
     for (auto _ : state) {
@@ -480,7 +486,7 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
     set_bandwidth(state, kv_bytes(s, dtype));
     if (roofline) {
       state.counters["read_us"] = read_us;
-      state.counters["arith_us"] = arith_us;
+      if (arith_us > 0) state.counters["arith_us"] = arith_us;
       state.counters["roofline"] = std::max(read_us, arith_us) / call_us;
     }
   }
