@@ -461,8 +461,8 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
     double read_us = 0, arith_us = 0;
     if (roofline) {
       const int t = threads > 0 ? threads : g_threads;
-      read_us =
-          kv_bytes(s, dtype) / attngen::bench::stream_read_rate(kv_bytes(s, dtype), t, 0.3) * 1e-3;
+      const double gbps = attngen::bench::stream_read_rate(kv_bytes(s, dtype), t, 0.3);
+      if (gbps > 0) read_us = kv_bytes(s, dtype) / gbps * 1e-3;
       const double keys = static_cast<double>(s.b * s.hkv * s.skv);
       const double rate = attngen::bench::decode_mix_rate(decode_mix(s, dtype), t, 0.3);
       if (rate > 0) {
@@ -485,7 +485,7 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
         std::max<double>(1, static_cast<double>(state.iterations()));
     set_bandwidth(state, kv_bytes(s, dtype));
     if (roofline) {
-      state.counters["read_us"] = read_us;
+      if (read_us > 0) state.counters["read_us"] = read_us;
       if (arith_us > 0) state.counters["arith_us"] = arith_us;
       state.counters["roofline"] = std::max(read_us, arith_us) / call_us;
     }
