@@ -53,7 +53,7 @@
 #include "bench/flops.h"
 #include "bench/shapes.h"
 #include "ceilings.h"
-#include "core/cpu_features.h"
+#include "core/targets.h"
 #include "runtime/src/internal.h"  // rt::bf16_dot_rate: what decides the bf16 kernels
 #include "runtime/src/kv_cache.h"  // the cache views a decode call gives its kernel
 #include "tests/reference.h"       // T5's buckets for the bias the modifier computes
@@ -408,10 +408,13 @@ void set_bandwidth(benchmark::State& state, double bytes) {
 // and D / 64 xors of K into u8, without VNNI its FMAs with K's and V's bytes widened (counted as
 // bf16's widenings, two instructions each). Shuffles, horizontal sums, exps and loads are
 // left out: the bound is what the contract's arithmetic needs, not what a schedule spends.
-attngen::bench::DecodeMix decode_mix(const DecodeShape& s, attngen_dtype dtype) {
+// `kernel`: the one the call ran, whose target row says whether it takes dot products.
+attngen::bench::DecodeMix decode_mix(const DecodeShape& s, attngen_dtype dtype,
+                                     const attngen_kernel_info& kernel) {
   const int rows = static_cast<int>(s.hq / s.hkv * s.sq), d = static_cast<int>(s.d);
+  const attngen::TargetRow* row = attngen::find_target(kernel.isa);
   attngen::bench::DecodeMix m;
-  if (dtype == ATTNGEN_I8 && attngen::cpu_feature("avx512bf16")) {
+  if (dtype == ATTNGEN_I8 && row != nullptr && row->int8_dot == attngen::Int8Dot::kU8ByI8) {
     m.dot_u8i8 = 4 * rows * d / 64;
     m.xor_u8 = d / 64;
     return m;
@@ -464,7 +467,10 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
       const double gbps = attngen::bench::stream_read_rate(kv_bytes(s, dtype), t, 0.3);
       if (gbps > 0) read_us = kv_bytes(s, dtype) / gbps * 1e-3;
       const double keys = static_cast<double>(s.b * s.hkv * s.skv);
-      const double rate = attngen::bench::decode_mix_rate(decode_mix(s, dtype), t, 0.3);
+      const attngen_kernel_info* kernel = attngen_find_kernel(attngen_last_kernel());
+      const double rate = kernel == nullptr ? 0
+                                            : attngen::bench::decode_mix_rate(
+                                                  decode_mix(s, dtype, *kernel), t, 0.3);
       if (rate > 0) {
         arith_us = keys / rate * 1e6;
       } else {
