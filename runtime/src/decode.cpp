@@ -35,10 +35,9 @@ constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kMinSplitKeys = 256;
 
 // A call of at most this many (cached slot, query row) pairs runs its kernel's parallel loops in
-// order on the calling thread (SerialRuns): its arithmetic, ~15 ns a slot and kv head at g = 4
-// on one core, is then a few microseconds, about what waking another thread costs. On the 2-core
-// VM (bench/RESULTS.md, "Short decode calls on one thread"), B1 Hq 32 / Hkv 8 over 16 slots (512
-// pairs) took 6.5 us on one thread against 8.8 on two.
+// order on the calling thread (SerialRuns): its arithmetic is then a few microseconds on one
+// core, about what waking another thread costs (measured: bench/RESULTS.md, "Short decode calls
+// on one thread").
 constexpr int64_t kSerialKeyRows = 1024;
 
 // Keys per split for `slots` cached slots, `groups` = B * Hkv (sequence, kv head) pairs.
