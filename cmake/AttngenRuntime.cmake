@@ -29,6 +29,7 @@ function(attngen_runtime_library NAME)
               "${PROJECT_SOURCE_DIR}/runtime/src/pattern.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/modifier.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/registry.cpp"
+              "${PROJECT_SOURCE_DIR}/runtime/src/rope.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/threads.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/validate.cpp"
               "${PROJECT_SOURCE_DIR}/runtime/src/weights.cpp"

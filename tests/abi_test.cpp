@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -45,9 +46,28 @@ TEST_F(AbiOptions, ZeroStructSizeIsRefused) {
   expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "options.struct_size is 0");
 }
 
+// The struct as version 0.2 first published it ended at `modifier`; `rope` and the positions came
+// later (a caller built against that header passes the smaller size, and gets no rope).
+constexpr size_t kFirstOptionsSize = offsetof(attngen_attention_options, rope);
+
 TEST_F(AbiOptions, StructSizeBelowTheFirstPublishedIsRefused) {
-  opt.struct_size = sizeof(attngen_attention_options) - 1;
+  opt.struct_size = kFirstOptionsSize - 1;
   expect_error(ATTNGEN_ERROR_INVALID_ARGUMENT, "struct_size");
+}
+
+TEST_F(AbiOptions, FirstPublishedStructRunsWithoutTheLaterFields) {
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  const std::vector<float> want = out.buf;
+  // The fields past the older caller's struct_size hold garbage, which must not be read.
+  std::vector<float> freq(32, 1.0f);
+  const int64_t half = 32;
+  const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
+  attngen_rope rope = attngen_rope_default();
+  rope.inv_freq = &freq_t;
+  opt.rope = &rope;
+  opt.struct_size = kFirstOptionsSize;
+  ASSERT_EQ(call(), ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(std::memcmp(want.data(), out.buf.data(), want.size() * sizeof(float)), 0);
 }
 
 TEST_F(AbiOptions, GarbageStructSizeIsRefusedWithoutReadingThatFar) {

@@ -45,11 +45,7 @@ std::vector<const attngen_kernel_info*> decode_kernels() {
 constexpr double kI8RelL2 = attngen::dtype_row(attngen::DType::kI8).storage_rel_l2;
 constexpr double kI8MaxAbs = attngen::dtype_row(attngen::DType::kI8).storage_abs_per_max;
 
-// A cache dtype's storage bound (core/dtype.h): relative L2 error and max abs error / max|V|.
-std::pair<double, double> storage_bound(attngen_dtype d) {
-  const attngen::DTypeRow* r = attngen::dtype_row(d);
-  return {r->storage_rel_l2, r->storage_abs_per_max};
-}
+using kv::storage_bound;
 
 // Owns a cache; destroyed with the test.
 struct Cache {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "tests/kv_dtype.h"
 
@@ -87,6 +88,9 @@ struct DecodeTester::Run {
   // Whole sequences [B, longest, H, D]; each call copies its tokens out of them. q_ref: the
   // queries the reference takes where they differ from q (unrounded_q()), else empty.
   Storage q, k, v, q_ref;
+  // With a rope: its frequencies, and q and K rotated at their positions (the reference's).
+  std::vector<float> inv_freq;
+  Storage q_rot, k_rot;
   attngen_kv_cache* cache = nullptr;
   // Per sequence: positions appended so far, the first position attended (-1: none yet), and
   // the output rows (Hq x Dv each) of the attended positions, in order.
@@ -126,6 +130,10 @@ std::string DecodeTester::describe() const {
   if (tiny_) s += " tiny";
   if (unrounded_q_) s += " unrounded_q";
   if (zero_q_rows_) s += " zero_q_rows";
+  if (rope_) {
+    s += " rope " + std::to_string(rotary_dim_) +
+         (pairs_ == ATTNGEN_ROPE_INTERLEAVED ? " interleaved" : " half");
+  }
   return s;
 }
 
@@ -261,6 +269,33 @@ void DecodeTester::make_sequences(Run& r, std::mt19937_64& rng) const {
     std::copy(r.q.buf.begin(), r.q.buf.end(), r.q_ref.buf.begin());
     round_rows(r.q_ref, ATTNGEN_I8);
   }
+  if (rope_) make_rotated(r, rng);
+}
+
+// The rope's frequencies (base^(-2i / r) of a random base) and the reference's q and K, rotated
+// at their positions (position p of a sequence in row p).
+void DecodeTester::make_rotated(Run& r, std::mt19937_64& rng) const {
+  ASSERT_TRUE(cache_dtype_ == ATTNGEN_F32 || raw_) << "rope() with a rounding cache needs raw_kv()";
+  ASSERT_FALSE(unrounded_q_) << "rope() and unrounded_q() do not combine";
+  const int64_t dim = rotary_dim_ ? rotary_dim_ : dqk_;
+  const double base = std::uniform_real_distribution<double>(500.0, 20000.0)(rng);
+  std::vector<double> freq(at(dim / 2));
+  r.inv_freq.resize(freq.size());
+  for (size_t i = 0; i < freq.size(); ++i) {
+    r.inv_freq[i] = static_cast<float>(std::pow(base, -2.0 * static_cast<double>(i) / dim));
+    freq[i] = r.inv_freq[i];  // the reference takes the frequencies the cache is given
+  }
+  std::vector<int64_t> positions;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t p = 0; p < r.longest; ++p) positions.push_back(p);
+  }
+  const bool interleaved = pairs_ == ATTNGEN_ROPE_INTERLEAVED;
+  for (const auto& [from, to] : {std::pair<Storage*, Storage*>{&r.q, &r.q_rot}, {&r.k, &r.k_rot}}) {
+    const std::vector<double> rotated =
+        reference_rope(view_of(from->t), dim, interleaved, freq, positions);
+    to->init({from->t.shape[0], from->t.shape[1], from->t.shape[2], from->t.shape[3]}, 0);
+    for (size_t i = 0; i < rotated.size(); ++i) to->buf[i] = static_cast<float>(rotated[i]);
+  }
 }
 
 void DecodeTester::create_cache(Run& r) const {
@@ -273,6 +308,13 @@ void DecodeTester::create_cache(Run& r) const {
   o.capacity = r.capacity;
   o.window = window_;
   o.dtype = cache_dtype_;
+  const int64_t half = static_cast<int64_t>(r.inv_freq.size());
+  const attngen_tensor freq = attngen_tensor_contiguous(r.inv_freq.data(), ATTNGEN_F32, 1, &half);
+  attngen_rope rope = attngen_rope_default();
+  rope.rotary_dim = rotary_dim_;
+  rope.pairs = pairs_;
+  rope.inv_freq = &freq;
+  if (rope_) o.rope = &rope;
   ASSERT_EQ(attngen_kv_cache_create(&o, &r.cache), ATTNGEN_OK) << attngen_last_error();
 }
 
@@ -383,10 +425,11 @@ void DecodeTester::compare_with_reference(const Run& r) const {
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t n = r.lengths[at(b)], first = r.first_attended[at(b)];
     ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
-    const Storage& q = unrounded_q_ ? r.q_ref : r.q;
-    View vq = view_of(q.t), vk = view_of(r.k.t), vv = view_of(r.v.t);
+    const Storage& q = rope_ ? r.q_rot : unrounded_q_ ? r.q_ref : r.q;
+    const Storage& k = rope_ ? r.k_rot : r.k;
+    View vq = view_of(q.t), vk = view_of(k.t), vv = view_of(r.v.t);
     vq.data += q.offset({b, first, 0, 0});
-    vk.data += r.k.offset({b, 0, 0, 0});
+    vk.data += k.offset({b, 0, 0, 0});
     vv.data += r.v.offset({b, 0, 0, 0});
     vq.shape = {1, n - first, hq_, dqk_};
     vk.shape = {1, n, hkv_, dqk_};

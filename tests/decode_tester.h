@@ -141,6 +141,16 @@ class DecodeTester {
     tiny_ = true;
     return *this;
   }
+  // A cache with a rope (attngen.h, "Rotary position embeddings"): rotary_dim (0: Dqk) and the
+  // pairs, fresh frequencies of a random base; the appends give K as projected and the decodes q,
+  // the reference takes both rotated at their positions (in double). With an F16, BF16 or I8
+  // cache only with raw_kv() (the cache rounds the rotated K, which the reference does not).
+  DecodeTester& rope(int64_t rotary_dim, attngen_rope_pairs pairs) {
+    rope_ = true;
+    rotary_dim_ = rotary_dim;
+    pairs_ = pairs;
+    return *this;
+  }
   // Where Test() reports the error it measured (relative L2, max abs / max|V|).
   DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
     report_rel_ = rel_l2;
@@ -167,6 +177,7 @@ class DecodeTester {
   // The steps of Test(), in order.
   void plan(Run& r) const;
   void make_sequences(Run& r, std::mt19937_64& rng) const;
+  void make_rotated(Run& r, std::mt19937_64& rng) const;
   void create_cache(Run& r) const;
   void fill_prefix(Run& r, std::mt19937_64& rng) const;
   void step(Run& r, const std::vector<int32_t>& counts, bool attend, std::mt19937_64& rng) const;
@@ -183,7 +194,9 @@ class DecodeTester {
   int32_t kv_splits_ = 0;
   attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
   bool raw_ = false, realistic_ = false, nonfinite_ = false, tiny_ = false, unrounded_q_ = false;
-  bool zero_q_rows_ = false;
+  bool zero_q_rows_ = false, rope_ = false;
+  int64_t rotary_dim_ = 0;
+  attngen_rope_pairs pairs_ = ATTNGEN_ROPE_HALF;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;
   double *report_rel_ = nullptr, *report_abs_ = nullptr;
 };

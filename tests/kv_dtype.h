@@ -9,12 +9,19 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "attngen/attngen.h"
 #include "tests/tensor.h"
 
 namespace attngen::test::kv {
+
+// A cache dtype's storage bound (core/dtype.h): relative L2 error and max abs error / max|V|.
+inline std::pair<double, double> storage_bound(attngen_dtype d) {
+  const attngen::DTypeRow* r = attngen::dtype_row(d);
+  return {r->storage_rel_l2, r->storage_abs_per_max};
+}
 
 // f16 and bf16 through tests/tensor.h's formats (one rounding to nearest even from the exact
 // value; tests/dtype_test.cpp checks them against the runtime's conversions): a value rounded to

@@ -297,4 +297,29 @@ double reference_alibi(double s, double slope, int64_t p, int64_t j, bool symmet
   return symmetric ? s - slope * std::fabs(distance) : s + slope * distance;
 }
 
+std::vector<double> reference_rope(const View& x, int64_t rotary_dim, bool interleaved,
+                                   const std::vector<double>& inv_freq,
+                                   const std::vector<int64_t>& positions) {
+  const int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  const int64_t half = rotary_dim / 2;
+  std::vector<double> out(static_cast<size_t>(B * S * H * D));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      const double t = static_cast<double>(positions[static_cast<size_t>(b * S + s)]);
+      for (int64_t h = 0; h < H; ++h) {
+        double* row = &out[static_cast<size_t>(((b * S + s) * H + h) * D)];
+        for (int64_t d = 0; d < D; ++d) row[d] = x.at({b, s, h, d});
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = t * inv_freq[static_cast<size_t>(i)];
+          const int64_t lo = interleaved ? 2 * i : i, hi = interleaved ? 2 * i + 1 : i + half;
+          const double a = row[lo], c = row[hi];
+          row[lo] = a * std::cos(angle) - c * std::sin(angle);
+          row[hi] = a * std::sin(angle) + c * std::cos(angle);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace attngen::test

@@ -132,4 +132,11 @@ std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch
                                      int64_t heads_q, const std::vector<std::vector<double>>& k,
                                      const std::vector<std::vector<double>>& v, const RefDecode& p);
 
+// RoPE (docs/semantics.md, "Rotary embeddings"): x [B, S, H, D] with row (b, s) rotated at
+// positions[b * S + s] in its first rotary_dim dims, pairs (i, i + r / 2) or, interleaved,
+// (2i, 2i + 1), angles t * inv_freq[i], all in double; dense [B, S, H, D].
+std::vector<double> reference_rope(const View& x, int64_t rotary_dim, bool interleaved,
+                                   const std::vector<double>& inv_freq,
+                                   const std::vector<int64_t>& positions);
+
 }  // namespace attngen::test

@@ -1,6 +1,7 @@
 // The C API: validate every argument, pick a kernel, run it with Halide's errors captured.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 
 #include "core/modifier.h"
 #include "runtime/src/internal.h"
+#include "runtime/src/rope.h"
 #include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
 
@@ -407,9 +409,62 @@ struct AttentionCall {
   attngen_attention_options opt;
   int64_t batch, seq_q, heads_q, dqk, seq_kv, heads_kv, dv;
   int32_t* kv_len;  // [batch], from the call's scratch
+  RopeView rope;    // options.rope checked, its frequencies in the call's scratch (dim 0: none)
   HalideView mask, layout;
   HalideView modifier[ATTNGEN_MAX_MODIFIER_TENSORS];  // the modifier's tensors (prepare_modifier)
 };
+
+const char* const kQPositionDims[] = {"B", "Sq"};
+const char* const kKPositionDims[] = {"B", "Skv"};
+
+// The call's rope (options.rope, q_positions, k_positions): checked, and its frequencies copied
+// into the call's scratch (call.rope). Positions without a rope are refused.
+bool prepare_rope(Check& c, CallScratch& scratch, AttentionCall& call) {
+  const attngen_attention_options& opt = call.opt;
+  call.rope = RopeView{};
+  if (opt.rope == nullptr) {
+    if (opt.q_positions != nullptr || opt.k_positions != nullptr) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    std::string("options.") +
+                        (opt.q_positions != nullptr ? "q_positions" : "k_positions") +
+                        " is set without options.rope");
+    }
+    return true;
+  }
+  int64_t dim = 0;
+  attngen_rope_pairs pairs = ATTNGEN_ROPE_HALF;
+  if (!check_rope(c, opt.rope, call.dqk, "options.rope", &dim, &pairs)) return false;
+  const TensorSpec qs{"q_positions", ATTNGEN_I32, 2, kQPositionDims};
+  const TensorSpec ks{"k_positions", ATTNGEN_I32, 2, kKPositionDims};
+  if ((opt.q_positions != nullptr &&
+       (!check_tensor(c, opt.q_positions, qs) ||
+        !check_dim(c, *opt.q_positions, qs, 0, call.batch, "B of q") ||
+        !check_dim(c, *opt.q_positions, qs, 1, call.seq_q, "Sq of q"))) ||
+      (opt.k_positions != nullptr &&
+       (!check_tensor(c, opt.k_positions, ks) ||
+        !check_dim(c, *opt.k_positions, ks, 0, call.batch, "B of q") ||
+        !check_dim(c, *opt.k_positions, ks, 1, call.seq_kv, "Skv of k")))) {
+    return false;
+  }
+  attngen_rope r = attngen_rope_default();
+  read_options(c, opt.rope, "options.rope", &r);  // checked above
+  float* freq = scratch.array<float>(c, static_cast<size_t>(dim / 2), "the rope's frequencies");
+  if (freq == nullptr) return false;
+  copy_inv_freq(r, dim, freq);
+  call.rope = RopeView{dim, pairs, freq};
+  return true;
+}
+
+// Position (b, s) of an optional I32 [B, S] positions tensor, else `fallback`.
+int64_t position_at(const attngen_tensor* positions, int64_t b, int64_t s, int64_t fallback) {
+  if (positions == nullptr) return fallback;
+  int32_t p;  // the caller's data need not be 4-byte aligned
+  std::memcpy(&p,
+              static_cast<const uint8_t*>(positions->data) +
+                  (b * positions->strides[0] + s * positions->strides[1]) * 4,
+              sizeof p);
+  return p;
+}
 
 // Checks every tensor and option of a call; nothing is written. q, k and v share one dtype
 // (F32, F16 or BF16); out has theirs or F32.
@@ -453,7 +508,10 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
   if (opt.modifier != nullptr && opt.modifier->name == nullptr) {
     return c.fail(ATTNGEN_ERROR_NULL_POINTER, "modifier.name is NULL");
   }
-  if (!prepare_kv_len(c, scratch, opt.kv_len, batch, seq_kv, &call.kv_len)) return false;
+  if (!prepare_kv_len(c, scratch, opt.kv_len, batch, seq_kv, &call.kv_len) ||
+      !prepare_rope(c, scratch, call)) {
+    return false;
+  }
   const int64_t full[4] = {batch, heads_q, seq_q, seq_kv};
   if (!prepare_mask(c, opt.mask_tensor, full, call.mask)) return false;
   if (!prepare_pattern(c, opt.pattern, seq_q, seq_kv, call.layout)) return false;
@@ -480,6 +538,8 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
                                                                   {v, "v"},
                                                                   {opt.mask_tensor, "mask"},
                                                                   {opt.pattern.layout, "layout"},
+                                                                  {opt.q_positions, "q_positions"},
+                                                                  {opt.k_positions, "k_positions"},
                                                                   {out, "out"},
                                                                   {opt.weights, "weights"},
                                                                   {opt.lse, "lse"}};
@@ -718,7 +778,8 @@ struct KernelChoice {
 // on bad input or no kernel.
 bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
                        const attngen_attention_options* options, KernelChoice* choice) {
-  if (!read_options(c, options, "options", &call.opt) || !validate_attention(c, scratch, call)) {
+  if (!read_options(c, options, "options", &call.opt, offsetof(attngen_attention_options, rope)) ||
+      !validate_attention(c, scratch, call)) {
     return false;
   }
   choice->kernel = select_or_convert(c, attention_query(call), call.opt.kernel, &choice->convert);
@@ -728,6 +789,27 @@ bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
 // Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing).
 void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
                        const KernelChoice& choice) {
+  // With a rope, q and k rotated into scratch of their dtype (then staged like the call's own).
+  RopedTensor q_roped, k_roped;
+  if (call.rope) {
+    if (!q_roped.take(c, scratch, call.rope, *call.q, "the rotated q") ||
+        !k_roped.take(c, scratch, call.rope, *call.k, "the rotated k")) {
+      return;
+    }
+    if (!scratch.sizing()) {  // a size query does not read the data
+      const attngen_attention_options& opt = call.opt;
+      const bool top_left = opt.alignment == ATTNGEN_ALIGN_TOP_LEFT;
+      const int64_t seq_q = call.seq_q;
+      const int32_t* kv_len = call.kv_len;
+      q_roped.fill(*call.q, [&](int64_t b, int64_t i) {
+        return position_at(opt.q_positions, b, i, top_left ? i : kv_len[b] - seq_q + i);
+      });
+      k_roped.fill(*call.k,
+                   [&](int64_t b, int64_t j) { return position_at(opt.k_positions, b, j, j); });
+    }
+    call.q = &q_roped.tensor();
+    call.k = &k_roped.tensor();
+  }
   F32Staging staging;
   attngen_tensor q32, k32, v32, out32;
   if (choice.convert) {
@@ -959,8 +1041,11 @@ struct AttentionDescriptions {
   // tensors' descriptions.
   attngen_modifier modifier{};
   attngen_tensor modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]{};
+  // The rope over the plan's copy of its frequencies, and the positions' descriptions.
+  attngen_rope rope{};
+  attngen_tensor rope_freq{}, q_positions{}, k_positions{};
 
-  void keep(const AttentionCall& call, const char* kernel_modifier) {
+  void keep(const AttentionCall& call, const char* kernel_modifier, const KeptRope& kept_rope) {
     q = *call.q;
     k = *call.k;
     v = *call.v;
@@ -977,8 +1062,15 @@ struct AttentionDescriptions {
     opt.pattern.layout = copy(call.opt.pattern.layout, layout);
     opt.weights = copy(call.opt.weights, weights);
     opt.lse = copy(call.opt.lse, lse);
-    for (attngen_tensor* t : {&q, &k, &v, &out, &kv_len, &mask_tensor, &layout, &weights, &lse}) {
+    opt.q_positions = copy(call.opt.q_positions, q_positions);
+    opt.k_positions = copy(call.opt.k_positions, k_positions);
+    for (attngen_tensor* t : {&q, &k, &v, &out, &kv_len, &mask_tensor, &layout, &weights, &lse,
+                              &q_positions, &k_positions}) {
       t->data = nullptr;
+    }
+    if (kept_rope.dim > 0) {
+      rope = kept_rope.described(&rope_freq);
+      opt.rope = &rope;
     }
     if (call.opt.modifier != nullptr) {
       modifier = *call.opt.modifier;
@@ -995,6 +1087,10 @@ struct AttentionDescriptions {
   // false (c says why) where the data gives a pointer for a tensor the plan does not have.
   bool over(Check& c, const attngen_attention_data& d, AttentionDescriptions& to) const {
     to = *this;
+    if (opt.rope != nullptr) {
+      to.rope.inv_freq = &to.rope_freq;
+      to.opt.rope = &to.rope;
+    }
     if (opt.modifier != nullptr) {
       to.opt.modifier = &to.modifier;
       for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
@@ -1030,6 +1126,8 @@ struct AttentionDescriptions {
         {opt.kv_len, &to.kv_len, &to.opt.kv_len, d.kv_len, "kv_len"},
         {opt.mask_tensor, &to.mask_tensor, &to.opt.mask_tensor, d.mask_tensor, "mask_tensor"},
         {opt.pattern.layout, &to.layout, &to.opt.pattern.layout, d.layout, "layout"},
+        {opt.q_positions, &to.q_positions, &to.opt.q_positions, d.q_positions, "q_positions"},
+        {opt.k_positions, &to.k_positions, &to.opt.k_positions, d.k_positions, "k_positions"},
     };
     for (const auto& o : optional) {
       if (o.planned == nullptr && o.data != nullptr) {
@@ -1123,6 +1221,7 @@ attngen_attention_data attngen_attention_data_default(void) {
 }  // extern "C"
 
 struct attngen_attention_plan {
+  KeptRope rope;  // the call's rope, copied (the descriptions' rope points at its frequencies)
   AttentionDescriptions described;
   KernelChoice choice;
   KernelNeed need;   // of the kernel's runs, measured when the plan was made
@@ -1154,7 +1253,11 @@ attngen_status attngen_attention_plan_create(const attngen_tensor* q, const attn
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the plan");
     return finish(c, nullptr);
   }
-  p->described.keep(call, choice.kernel->modifier);
+  if (!p->rope.keep(c, call.opt.rope, call.dqk, "options.rope")) {
+    delete p;
+    return finish(c, nullptr);
+  }
+  p->described.keep(call, choice.kernel->modifier, p->rope);
   p->choice = choice;
   p->need = scratch.measured_need();
   p->bytes = scratch.bytes();
@@ -1182,7 +1285,9 @@ attngen_status attngen_attention_plan_run(const attngen_attention_plan* plan,
   if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
   attngen_attention_data d = attngen_attention_data_default();
   AttentionDescriptions run;
-  if (!c.ok() || !read_options(c, data, "data", &d) || !plan->described.over(c, d, run)) {
+  if (!c.ok() ||
+      !read_options(c, data, "data", &d, offsetof(attngen_attention_data, q_positions)) ||
+      !plan->described.over(c, d, run)) {
     return finish(c, nullptr);
   }
   CallScratch scratch(CallMode::kRun);

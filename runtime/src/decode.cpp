@@ -4,6 +4,7 @@
 // written.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "core/targets.h"
 #include "runtime/src/kv_cache.h"
+#include "runtime/src/rope.h"
 #include "runtime/src/weights.h"
 #include "runtime/src/workspace.h"
 
@@ -127,20 +129,48 @@ int64_t longest_length(const attngen_kv_cache& cache, int64_t layer) {
 // each run of lengths with the same key blocks and split (what the kernels' scratch follows).
 constexpr int64_t kMeasureEveryLength = 256;
 
-// Runs a validated decode: q [B, t, Hq, Dqk] over the layer's cached positions into out, with
-// the kernel of the form that serves the slots the longest sequence fills; returns the kernel run,
-// nullptr if it failed (c says why). kv_len (B values) is the call's scratch. In a size query each
-// form's kernel is measured over every length it serves that the layer may hold, with every query
-// row real.
+// A decode's queries as the kernels take them: over a cache with a rope, rotated into scratch
+// taken (by take()) before anything of the call is written.
+struct DecodeQueries {
+  RopedTensor roped;
+  bool rotated = false;
+  bool take(Check& c, CallScratch& scratch, const attngen_kv_cache& cache,
+            const attngen_tensor& q) {
+    rotated = cache.rope.dim > 0;
+    return !rotated || roped.take(c, scratch, cache.rope.view(), q, "the rotated queries");
+  }
+  // q, rotated where the cache has a rope: query i of sequence b at its position kv_len[b] -
+  // counts[b] + i (a size query: zeros, the data not being read).
+  attngen_tensor of(const attngen_tensor& q, const int32_t* counts, const int32_t* kv_len,
+                    bool sizing) {
+    if (!rotated) return q;
+    const attngen_tensor& t = roped.tensor();
+    if (sizing) {
+      std::memset(t.data, 0,
+                  static_cast<size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]) *
+                      dtype_size(t.dtype));
+    } else {
+      roped.fill(q, [&](int64_t b, int64_t i) { return kv_len[b] - counts[b] + i; });
+    }
+    return t;
+  }
+};
+
+// Runs a validated decode: q [B, t, Hq, Dqk] (F32) over the layer's cached positions into out,
+// with the kernel of the form that serves the slots the longest sequence fills; returns the
+// kernel run, nullptr if it failed (c says why). kv_len (B values) is the call's scratch, queries
+// the scratch for q rotated by the cache's rope (taken). In a size query each form's kernel is
+// measured over every length it serves that the layer may hold, with every query row real.
 const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
                                       const attngen_kv_cache& cache, int64_t layer,
-                                      const attngen_tensor& q, const attngen_tensor& out,
-                                      float scale, int32_t* counts, int32_t* kv_len,
-                                      int32_t kv_splits) {
+                                      const attngen_tensor& q_given, DecodeQueries& queries,
+                                      const attngen_tensor& out, float scale, int32_t* counts,
+                                      int32_t* kv_len, int32_t kv_splits) {
   const attngen_kv_cache_options& o = cache.options;
   DecodeRun run;
   CallScratch* scratch = CallScratch::current();
   if (scratch != nullptr && scratch->sizing()) {
+    const attngen_tensor q = queries.of(q_given, counts, kv_len, true);
     std::fill(counts, counts + o.batch, static_cast<int32_t>(q.shape[1]));
     const int64_t groups = o.batch * o.heads_kv;
     for (int64_t s = 1; s <= o.capacity; ++s) {
@@ -163,6 +193,7 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
     kv_len[b] = static_cast<int32_t>(n);
     longest = std::max(longest, n);
   }
+  const attngen_tensor q = queries.of(q_given, counts, kv_len, false);
   // Only the slots some sequence fills are given to the kernel.
   const int64_t slots = slots_read(cache, longest);
   run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
@@ -286,16 +317,18 @@ bool prepare_decode(Check& c, CallScratch& scratch, CallMode mode, DecodeCall& c
 }
 
 // Runs a validated call on its kernels (kSize: measures them); returns the kernel that ran.
-const attngen_kernel_info* execute_decode(Check& c, const DecodeCall& call,
+const attngen_kernel_info* execute_decode(Check& c, CallScratch& scratch, const DecodeCall& call,
                                           const DecodeChoice& choice) {
   F32Staging staging;
   attngen_tensor q32 = *call.q, out32 = *call.out;
-  if (choice.stage &&
-      (!staging.input(c, *call.q, "q", &q32) || !staging.output(c, *call.out, "out", &out32))) {
+  DecodeQueries queries;
+  if ((choice.stage &&
+       (!staging.input(c, *call.q, "q", &q32) || !staging.output(c, *call.out, "out", &out32))) ||
+      !queries.take(c, scratch, *call.cache, q32)) {
     return nullptr;
   }
   const attngen_kernel_info* ran =
-      run_decode(c, choice.kernels, *call.cache, call.layer, q32, out32, call.opt.scale,
+      run_decode(c, choice.kernels, *call.cache, call.layer, q32, queries, out32, call.opt.scale,
                  call.counts, call.kv_len, call.opt.kv_splits);
   if (ran != nullptr) staging.commit();
   return ran;
@@ -315,7 +348,7 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
       !prepare_decode(c, scratch, mode, call, &choice)) {
     return finish(c, nullptr);
   }
-  const attngen_kernel_info* ran = execute_decode(c, call, choice);
+  const attngen_kernel_info* ran = execute_decode(c, scratch, call, choice);
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
   return finish(c, ran != nullptr ? ran : choice.kernels.short_keys);
 }
@@ -432,6 +465,7 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
                                : nullptr;
   if (attn == nullptr) return finish(c, nullptr);
   const int64_t qkv_shape[3] = {batch, t, n_in};
+  DecodeQueries queries;
   const attngen_tensor t_qkv = attngen_tensor_contiguous(qkv, ATTNGEN_F32, 3, qkv_shape);
   const auto head_view = [&](int part) {
     const int64_t shape[4] = {batch, t, heads, dh};
@@ -444,6 +478,7 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
   const attngen_tensor t_attn = attngen_tensor_contiguous(attn, ATTNGEN_F32, 4, attn_shape);
   const int64_t rows_shape[3] = {batch, t, embed};
   const attngen_tensor t_rows = attngen_tensor_contiguous(attn, ATTNGEN_F32, 3, rows_shape);
+  if (!queries.take(c, scratch, *cache, head_view(0))) return finish(c, nullptr);
   LinearRun in_proj, out_proj;
   in_proj.make(*x, iw, ib, t_qkv);
   out_proj.make(t_rows, ow, ob, *y);
@@ -461,8 +496,8 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
   }
   if (run_kernel(c, linear, in_proj.args) != ATTNGEN_OK) return finish(c, nullptr);
   if (mode == CallMode::kRun) append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
-  const attngen_kernel_info* ran =
-      run_decode(c, decode, *cache, layer, head_view(0), t_attn, 0.0f, counts, kv_len, kv_splits);
+  const attngen_kernel_info* ran = run_decode(c, decode, *cache, layer, head_view(0), queries,
+                                              t_attn, 0.0f, counts, kv_len, kv_splits);
   if (!c.ok()) return finish(c, nullptr);
   run_kernel(c, linear, out_proj.args);
   if (mode == CallMode::kSize && c.ok()) *bytes = scratch.bytes();
@@ -570,6 +605,7 @@ struct attngen_decode_plan {
   attngen_tensor q{}, out{}, counts{};  // descriptions, data pointers cleared
   attngen_decode_options opt{};         // its counts pointing at `counts` (or NULL)
   attngen_kv_cache_options cache{};     // of the cache it was made for
+  int64_t rope_dim = 0;                 // its rope's rotary dims (0: none): its runs' scratch
   DecodeChoice choice;
   KernelNeed need;   // of the kernels' runs at every length, measured when the plan was made
   size_t bytes = 0;  // the workspace a run needs
@@ -593,7 +629,7 @@ attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen
   DecodeChoice choice;
   if (!read_options(c, options, "options", &call.opt) ||
       !prepare_decode(c, scratch, CallMode::kSize, call, &choice) ||
-      execute_decode(c, call, choice) == nullptr) {
+      execute_decode(c, scratch, call, choice) == nullptr) {
     return finish(c, nullptr);
   }
   attngen_decode_plan* p = new (std::nothrow) attngen_decode_plan;
@@ -612,6 +648,7 @@ attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen
     p->opt.counts = &p->counts;
   }
   p->cache = cache->options;
+  p->rope_dim = cache->rope.dim;
   p->choice = choice;
   p->need = scratch.measured_need();
   p->bytes = scratch.bytes();
@@ -638,6 +675,12 @@ attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
       !same_cache_shape(c, plan->cache, cache->options)) {
     return finish(c, nullptr);
   }
+  if (cache->rope.dim != plan->rope_dim) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           "the cache's rope rotates " + std::to_string(cache->rope.dim) +
+               " dims, the plan's cache's " + std::to_string(plan->rope_dim) + " (0: no rope)");
+    return finish(c, nullptr);
+  }
   attngen_tensor q = plan->q, out = plan->out, counts = plan->counts;
   q.data = const_cast<void*>(d.q);
   out.data = d.out;
@@ -653,7 +696,7 @@ attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
   scratch.set_planned_need(&plan->need);
   DecodeCall call{&q, cache, layer, &out, opt};
   if (!prepare_decode(c, scratch, CallMode::kRun, call, nullptr)) return finish(c, nullptr);
-  return finish(c, execute_decode(c, call, plan->choice));
+  return finish(c, execute_decode(c, scratch, call, plan->choice));
 }
 
 void attngen_decode_plan_destroy(attngen_decode_plan* plan) { delete plan; }

@@ -7,12 +7,14 @@
 #include "runtime/src/kv_cache.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <string>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -117,7 +119,9 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                    size_t& bytes) {
   if (options == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, "options is NULL");
   o = attngen_kv_cache_options_default();
-  if (!read_options(c, options, "options", &o)) return false;
+  if (!read_options(c, options, "options", &o, offsetof(attngen_kv_cache_options, rope))) {
+    return false;
+  }
   if (o.head_dim_v == 0) o.head_dim_v = o.head_dim_qk;
   const struct {
     int64_t value;
@@ -359,9 +363,12 @@ size_t append_scratch_floats(const attngen_kv_cache& cache) {
   // A row as floats, and a grouped cache's K row (an I8 cache's V row too) as stored, before it
   // is spread over its group (in floats' room: a quarter of the row for I8, half for 16 bits).
   const attngen_kv_cache_options& o = cache.options;
+  // Then the rope's angles of one position: r floats, and 2 r doubles (4 r floats' room, plus 1
+  // for their alignment).
   const int64_t row = std::max(o.head_dim_qk, o.head_dim_v);
   const int64_t per_float = 4 / element_bytes(o);
-  return static_cast<size_t>(row + (is_grouped(o) ? (row + per_float - 1) / per_float : 0));
+  const int64_t rope = cache.rope.dim > 0 ? 5 * cache.rope.dim + 1 : 0;
+  return static_cast<size_t>(row + (is_grouped(o) ? (row + per_float - 1) / per_float : 0) + rope);
 }
 
 namespace {
@@ -385,11 +392,21 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
   const int64_t group_k = group_k_of(o), dv = o.head_dim_v;
   const size_t k_size = dtype_size(k.dtype), v_size = dtype_size(v.dtype);
-  auto* row_stored = reinterpret_cast<uint8_t*>(tmp + std::max(o.head_dim_qk, o.head_dim_v));
+  const int64_t row_floats = std::max(o.head_dim_qk, o.head_dim_v);
+  auto* row_stored = reinterpret_cast<uint8_t*>(tmp + row_floats);
+  // The rope's angles: after the stored row (its room as append_scratch_floats() counts it).
+  const RopeView rope = cache.rope.view();
+  const int64_t per_float = 4 / element_bytes(o);
+  float* rope_cs = tmp + row_floats + (grouped ? (row_floats + per_float - 1) / per_float : 0);
+  auto* rope_state = reinterpret_cast<double*>(
+      (reinterpret_cast<uintptr_t>(rope_cs + rope.dim) + sizeof(double) - 1) / sizeof(double) *
+      sizeof(double));
+  RopeAngles angles(rope, rope_state, rope_cs);
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[b]; ++i) {
       const int64_t slot = (len + i) % o.capacity;  // len + i < capacity without a ring
+      const float* turn = rope ? angles.at(len + i) : nullptr;
       for (int64_t h = 0; h < o.heads_kv; ++h) {
         const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * head_slots + slot;
         const auto* k_row = static_cast<const uint8_t*>(k.data) +
@@ -408,7 +425,15 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
           v_data =
               i8 ? row_stored : group + (group_k + group_v_offset<int64_t>(0, j, dv, pack)) * esize;
         }
-        const float k_scale = store_row(k_row, k.dtype, o.head_dim_qk, o.dtype, k_data, tmp);
+        const void* k_src = k_row;
+        attngen_dtype k_dtype = k.dtype;
+        if (rope) {  // K as F32 in tmp, rotated, then stored from there
+          for (int64_t d = 0; d < o.head_dim_qk; ++d) tmp[d] = load_f32(k_row, k.dtype, d);
+          rope_row(rope, turn, tmp);
+          k_src = tmp;
+          k_dtype = ATTNGEN_F32;
+        }
+        const float k_scale = store_row(k_src, k_dtype, o.head_dim_qk, o.dtype, k_data, tmp);
         if (grouped) {
           spread_row(k_data, o.head_dim_qk, esize, group,
                      [&](int64_t d) { return group_k_offset<int64_t>(d, j, pack); });
@@ -535,6 +560,9 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
     return finish(c, nullptr);
   }
   if (!check_options(c, options, o, bytes)) return finish(c, nullptr);
+  KeptRope rope;
+  if (!rope.keep(c, o.rope, o.head_dim_qk, "options.rope")) return finish(c, nullptr);
+  o.rope = nullptr;
   // The lengths come with each layer's first append (reserve_lengths()): nothing here grows
   // with the layers but the storage.
   auto* kv = new (std::nothrow) attngen_kv_cache;
@@ -561,6 +589,7 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
   if (!kv->owned) std::memset(kv->data, 0, bytes);
   if (o.dtype == ATTNGEN_I8) kv->scales = reinterpret_cast<float*>(kv->data + scales_offset(o));
   kv->options = o;
+  kv->rope = std::move(rope);
   *cache = kv;
   return finish(c, nullptr);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/src/internal.h"
+#include "runtime/src/rope.h"
 
 struct attngen_kv_cache {
   attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
@@ -25,6 +26,9 @@ struct attngen_kv_cache {
   // the same step, outside a window) never reach it. Sticky for the cache's life; values written
   // into external storage other than by an append are not seen (docs/semantics.md).
   bool v_nonfinite = false;
+  // The rope its keys are stored rotated by and its decodes rotate the queries by (dim 0: none);
+  // options.rope points at nothing of the caller's once created.
+  attngen::rt::KeptRope rope;
 };
 
 namespace attngen::rt {
@@ -55,8 +59,8 @@ bool check_decode_fits(Check& c, const attngen_kv_cache& cache, int64_t layer,
 
 // Converts the first counts[b] rows of k and v ([B, t, Hkv, D] of F32, F16 or BF16, already
 // validated) into the layer's slots, in the cache's dtype (an I8 cache: quantised, with their
-// scales), through tmp (append_scratch_floats() floats). Cannot fail once reserve_lengths() has
-// succeeded for the layer.
+// scales), K rotated by the cache's rope at its position, through tmp (append_scratch_floats()
+// floats). Cannot fail once reserve_lengths() has succeeded for the layer.
 void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k,
                  const attngen_tensor& v, const int32_t* counts, float* tmp);
 size_t append_scratch_floats(const attngen_kv_cache& cache);

@@ -181,6 +181,50 @@ typedef struct attngen_modifier {
  * ATTNGEN_ERROR_NULL_POINTER, or ATTNGEN_ERROR_INVALID_ARGUMENT for heads < 1. */
 attngen_status attngen_alibi_slopes(int64_t heads, float* slopes);
 
+/* ---- Rotary position embeddings (RoPE), applied by the calls (docs/semantics.md) ----
+ *
+ * A vector x at position t is rotated in its first r = rotary_dim dims (the others pass through),
+ * pair by pair: (a, c) -> (a cos(t f_i) - c sin(t f_i), a sin(t f_i) + c cos(t f_i)) with f =
+ * inv_freq [r / 2]; the pairs are (x[i], x[i + r / 2]) for ATTNGEN_ROPE_HALF (rotate-half: Llama,
+ * Mistral, Qwen, Gemma, GPT-NeoX) and (x[2i], x[2i + 1]) for ATTNGEN_ROPE_INTERLEAVED (GPT-J).
+ * The angles t f_i are those of double precision (no float32 rounding of t f_i, whose error grows
+ * with the position), the rotation itself is F32. inv_freq carries any frequency scaling: plain
+ * (attngen_rope_inv_freq()), linear (divided by the factor), Llama-3's and YaRN's per-frequency
+ * ones; YaRN's attention factor m, which scales cos and sin, folds into the call's scale (m^2 /
+ * sqrt(Dqk)). Where a rope applies:
+ *  - a KV cache created with one (attngen_kv_cache_options.rope) stores every key it is given
+ *    rotated at its position (its index in its sequence: the sequence's length before the append
+ *    plus its row; keys stay as rotated at append, also once a window has moved past older
+ *    ones), and every decode over it (attngen_decode(), its plans, attngen_mha_decode()) rotates
+ *    each query at its position, n_b - counts[b] + i: the caller gives q, k and v as projected.
+ *  - attngen_attention() with options.rope rotates q and k (into scratch; the caller's tensors
+ *    are not written) at their positions: given (options.q_positions, k_positions), or by
+ *    default key j at j and query i at the alignment's offset plus i (bottom-right: kv_len[b] -
+ *    Sq + i, or Skv - Sq + i without key padding; top-left: i). F16 and BF16 q and k are rotated
+ *    in F32 and rounded back to their dtype.
+ * A rope is validated where it is given (named errors: rotary_dim, inv_freq, pairs) and its
+ * frequencies are copied where it is kept (a cache, a plan): the caller's may go afterwards. */
+typedef enum attngen_rope_pairs {
+  ATTNGEN_ROPE_HALF = 0,        /* (x[i], x[i + r / 2]) */
+  ATTNGEN_ROPE_INTERLEAVED = 1, /* (x[2i], x[2i + 1]) */
+  ATTNGEN_ROPE_PAIRS_FORCE_32BIT = 0x7fffffff
+} attngen_rope_pairs;
+
+typedef struct attngen_rope {
+  size_t struct_size;             /* sizeof(attngen_rope): the ABI rule above */
+  int64_t rotary_dim;             /* r: even, 2 <= r <= Dqk; 0: Dqk */
+  attngen_rope_pairs pairs;       /* default ATTNGEN_ROPE_HALF */
+  const attngen_tensor* inv_freq; /* F32 [r / 2], finite: f_i */
+} attngen_rope;
+
+/* struct_size set, rotary_dim 0 (Dqk), rotate-half pairs, inv_freq NULL (to be set). */
+attngen_rope attngen_rope_default(void);
+
+/* The inverse frequencies of plain RoPE, freq[i] = base^(-2i / rotary_dim) for i < rotary_dim /
+ * 2 (computed in double), into freq[0 .. rotary_dim / 2). ATTNGEN_ERROR_NULL_POINTER, or
+ * ATTNGEN_ERROR_INVALID_ARGUMENT for an odd rotary_dim < 2 or a base that is not finite and > 1. */
+attngen_status attngen_rope_inv_freq(double base, int64_t rotary_dim, float* freq);
+
 typedef struct attngen_attention_options {
   size_t struct_size;           /* sizeof(attngen_attention_options): the ABI rule above */
   float scale;                  /* 0: 1 / sqrt(Dqk) */
@@ -200,6 +244,11 @@ typedef struct attngen_attention_options {
   attngen_tensor* weights;
   attngen_tensor* lse;
   const attngen_modifier* modifier; /* optional: a modifier and its parameters (above) */
+  const attngen_rope* rope;         /* optional: q and k rotated (RoPE, above) */
+  /* optional with a rope: I32 [B, Sq] and [B, Skv], the positions of the queries and of the keys
+   * (NULL: the default positions, above) */
+  const attngen_tensor* q_positions;
+  const attngen_tensor* k_positions;
 } attngen_attention_options;
 
 /* struct_size set, no mask, bottom-right alignment, everything else 0 or NULL. */
@@ -249,6 +298,8 @@ typedef struct attngen_attention_data {
   void* weights;
   void* lse;
   const void* modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]; /* the modifier's tensors' data */
+  const void* q_positions; /* the options' q_positions and k_positions (a rope's frequencies are */
+  const void* k_positions; /* the plan's copy) */
 } attngen_attention_data;
 
 /* struct_size set, every pointer NULL. */
@@ -436,6 +487,9 @@ typedef struct attngen_kv_cache_options {
    * into it otherwise must be finite: the decode kernels know of NaN and infinities in V only
    * from the appends, docs/semantics.md). */
   void* storage;
+  /* Optional: the cache holds keys rotated by this rope, and decoding over it rotates the
+   * queries (RoPE, above); its frequencies are copied. NULL: keys as given. */
+  const attngen_rope* rope;
 } attngen_kv_cache_options;
 
 /* struct_size set, window = -1, dtype = ATTNGEN_F32, everything else 0 (to be set). */

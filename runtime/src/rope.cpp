@@ -1,0 +1,214 @@
+#include "runtime/src/rope.h"
+
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "runtime/src/convert.h"
+
+namespace attngen::rt {
+
+namespace {
+const char* const kFreqDims[] = {"r / 2"};
+}  // namespace
+
+bool check_rope(Check& c, const attngen_rope* rope, int64_t head_dim, const char* name,
+                int64_t* dim, attngen_rope_pairs* pairs) {
+  *dim = 0;
+  if (rope == nullptr) return true;
+  attngen_rope r = attngen_rope_default();
+  if (!read_options(c, rope, name, &r)) return false;
+  const std::string who(name);
+  const int32_t kind = enum_value(r.pairs);
+  if (kind != ATTNGEN_ROPE_HALF && kind != ATTNGEN_ROPE_INTERLEAVED) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  who + ".pairs is " + std::to_string(kind) +
+                      ", expected ATTNGEN_ROPE_HALF (0) or ATTNGEN_ROPE_INTERLEAVED (1)");
+  }
+  const int64_t n = r.rotary_dim == 0 ? head_dim : r.rotary_dim;
+  if (n < 2 || n > head_dim || n % 2 != 0) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  who + ".rotary_dim is " + std::to_string(r.rotary_dim) +
+                      ", expected an even number from 2 to the head dim " +
+                      std::to_string(head_dim) + " (0: the head dim)");
+  }
+  const std::string freq_name = who + ".inv_freq";
+  if (r.inv_freq == nullptr) return c.fail(ATTNGEN_ERROR_NULL_POINTER, freq_name + " is NULL");
+  const TensorSpec spec{freq_name.c_str(), ATTNGEN_F32, 1, kFreqDims};
+  if (!check_tensor(c, r.inv_freq, spec) ||
+      !check_dim(c, *r.inv_freq, spec, 0, n / 2, "rotary_dim / 2")) {
+    return false;
+  }
+  const auto* data = static_cast<const float*>(r.inv_freq->data);
+  for (int64_t i = 0; i < n / 2; ++i) {
+    if (!std::isfinite(data[i * r.inv_freq->strides[0]])) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    freq_name + "[" + std::to_string(i) + "] is not finite");
+    }
+  }
+  *dim = n;
+  *pairs = static_cast<attngen_rope_pairs>(kind);
+  return true;
+}
+
+void copy_inv_freq(const attngen_rope& rope, int64_t dim, float* freq) {
+  const auto* data = static_cast<const float*>(rope.inv_freq->data);
+  for (int64_t i = 0; i < dim / 2; ++i) freq[i] = data[i * rope.inv_freq->strides[0]];
+}
+
+bool KeptRope::keep(Check& c, const attngen_rope* rope, int64_t head_dim, const char* name) {
+  if (!check_rope(c, rope, head_dim, name, &dim, &pairs)) return false;
+  if (dim == 0) return true;
+  try {
+    inv_freq.resize(static_cast<size_t>(dim / 2));
+  } catch (const std::bad_alloc&) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, std::string("cannot copy ") + name + ".inv_freq");
+  }
+  copy_inv_freq(*rope, dim, inv_freq.data());
+  return true;
+}
+
+attngen_rope KeptRope::described(attngen_tensor* freq_tensor) const {
+  const int64_t half = dim / 2;
+  *freq_tensor =
+      attngen_tensor_contiguous(const_cast<float*>(inv_freq.data()), ATTNGEN_F32, 1, &half);
+  attngen_rope r = attngen_rope_default();
+  r.rotary_dim = dim;
+  r.pairs = pairs;
+  r.inv_freq = freq_tensor;
+  return r;
+}
+
+const float* RopeAngles::at(int64_t position) {
+  const int64_t half = rope_.dim / 2;
+  double* cos_t = state_;
+  double* sin_t = state_ + half;
+  double* cos_f = state_ + 2 * half;
+  double* sin_f = state_ + 3 * half;
+  if (!any_) {
+    for (int64_t i = 0; i < half; ++i) {
+      cos_f[i] = std::cos(static_cast<double>(rope_.inv_freq[i]));
+      sin_f[i] = std::sin(static_cast<double>(rope_.inv_freq[i]));
+    }
+  }
+  if (any_ && position == last_) return cs_;
+  if (any_ && position == last_ + 1 && since_anchor_ < kAnchorEvery) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = cos_t[i] * cos_f[i] - sin_t[i] * sin_f[i];
+      const double s = sin_t[i] * cos_f[i] + cos_t[i] * sin_f[i];
+      cos_t[i] = c;
+      sin_t[i] = s;
+    }
+    ++since_anchor_;
+  } else {
+    const double t = static_cast<double>(position);
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = t * static_cast<double>(rope_.inv_freq[i]);
+      cos_t[i] = std::cos(a);
+      sin_t[i] = std::sin(a);
+    }
+    since_anchor_ = 0;
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    cs_[i] = static_cast<float>(cos_t[i]);
+    cs_[half + i] = static_cast<float>(sin_t[i]);
+  }
+  any_ = true;
+  last_ = position;
+  return cs_;
+}
+
+void rope_row(const RopeView& rope, const float* cs, float* x) {
+  const int64_t half = rope.dim / 2;
+  const float* cos_t = cs;
+  const float* sin_t = cs + half;
+  if (rope.pairs == ATTNGEN_ROPE_HALF) {
+    float* lo = x;
+    float* hi = x + half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = lo[i], b = hi[i];
+      lo[i] = a * cos_t[i] - b * sin_t[i];
+      hi[i] = a * sin_t[i] + b * cos_t[i];
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * cos_t[i] - b * sin_t[i];
+      x[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+    }
+  }
+}
+
+bool RopedTensor::take(Check& c, CallScratch& scratch, const RopeView& rope,
+                       const attngen_tensor& x, const char* what) {
+  rope_ = rope;
+  const size_t esize = x.dtype == ATTNGEN_F32 ? 4 : 2;
+  const size_t elements = static_cast<size_t>(x.shape[0] * x.shape[1] * x.shape[2] * x.shape[3]);
+  void* data = scratch.take(c, elements * esize, what);
+  state_ = data != nullptr
+               ? scratch.array<double>(c, RopeAngles::state_doubles(rope), "the rope's angles")
+               : nullptr;
+  cs_ = state_ != nullptr ? scratch.array<float>(c, static_cast<size_t>(rope.dim + x.shape[3]),
+                                                 "the rope's angles")
+                          : nullptr;
+  if (cs_ == nullptr) return false;
+  rotated_ = attngen_tensor_contiguous(data, x.dtype, 4, x.shape);
+  return true;
+}
+
+void RopedTensor::rotate_heads(const attngen_tensor& x, int64_t b, int64_t s, const float* turn) {
+  const int64_t heads = x.shape[2], dim = x.shape[3];
+  const size_t esize = x.dtype == ATTNGEN_F32 ? 4 : 2;
+  const auto* in = static_cast<const uint8_t*>(x.data);
+  auto* out = static_cast<uint8_t*>(rotated_.data);
+  float* row = cs_ + rope_.dim;
+  for (int64_t h = 0; h < heads; ++h) {
+    const uint8_t* src = in + (b * x.strides[0] + s * x.strides[1] + h * x.strides[2]) * esize;
+    uint8_t* dst = out + static_cast<size_t>(((b * x.shape[1] + s) * heads + h) * dim) * esize;
+    if (x.dtype == ATTNGEN_F32) {
+      std::memcpy(dst, src, static_cast<size_t>(dim) * 4);
+      rope_row(rope_, turn, reinterpret_cast<float*>(dst));
+      continue;
+    }
+    for (int64_t d = 0; d < dim; ++d) row[d] = load_f32(src, x.dtype, d);
+    rope_row(rope_, turn, row);
+    auto* dst16 = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t d = 0; d < dim; ++d) {
+      dst16[d] = x.dtype == ATTNGEN_F16 ? f32_to_f16(row[d]) : f32_to_bf16(row[d]);
+    }
+  }
+}
+
+}  // namespace attngen::rt
+
+using namespace attngen::rt;
+
+extern "C" {
+
+attngen_rope attngen_rope_default(void) {
+  attngen_rope r{};
+  r.struct_size = sizeof r;
+  r.pairs = ATTNGEN_ROPE_HALF;
+  return r;
+}
+
+attngen_status attngen_rope_inv_freq(double base, int64_t rotary_dim, float* freq) {
+  Check c;
+  if (freq == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "freq is NULL");
+  } else if (rotary_dim < 2 || rotary_dim % 2 != 0) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           "rotary_dim is " + std::to_string(rotary_dim) + ", expected an even number >= 2");
+  } else if (!(base > 1.0) || !std::isfinite(base)) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "base must be finite and > 1");
+  } else {
+    for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+      freq[i] = static_cast<float>(
+          std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim)));
+    }
+  }
+  return finish(c, nullptr);
+}
+
+}  // extern "C"
