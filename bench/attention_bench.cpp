@@ -431,9 +431,25 @@ attngen::bench::DecodeMix decode_mix(const DecodeShape& s, attngen_dtype dtype,
 // same run's bounds (decode_roofline/ below), as counters: read_us, the cache's bytes at a
 // streaming read's rate; arith_us, the keys' arithmetic (decode_mix) at the rate this CPU issues
 // it; roofline, the larger of the two over the call's time.
+// Plain RoPE's frequencies (base 10000) over rotary dims `dim`, and a rope of them.
+struct PlainRope {
+  std::vector<float> freq;
+  int64_t half;
+  attngen_tensor freq_t{};
+  attngen_rope rope = attngen_rope_default();
+  explicit PlainRope(int64_t dim) : freq(static_cast<size_t>(dim / 2)), half(dim / 2) {
+    attngen_rope_inv_freq(10000.0, dim, freq.data());
+    freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
+    rope.inv_freq = &freq_t;
+  }
+  PlainRope(const PlainRope&) = delete;
+};
+
 void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
-                attngen_dtype dtype, bool roofline) {
+                attngen_dtype dtype, bool roofline, bool rope = false) {
+  const PlainRope plain(s.d);
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  if (rope) o.rope = &plain.rope;
   o.dtype = dtype;
   o.layers = 1;
   o.batch = s.b;
@@ -509,6 +525,42 @@ void decode_roofline(benchmark::State& state, DecodeShape s, attngen_dtype dtype
   decode_run(state, s, 0, 0, dtype, true);
 }
 
+// The cost of a rope (attngen.h, "Rotary position embeddings"): the same call with and without
+// one (rope_cost/ below). A decode over a cache that has one rotates its query; attention rotates
+// q and k.
+void decode_rope(benchmark::State& state, DecodeShape s, attngen_dtype dtype, bool rope) {
+  decode_run(state, s, 0, 0, dtype, false, rope);
+}
+
+void prefill_rope(benchmark::State& state, DecodeShape s, attngen_dtype dtype, bool rope) {
+  const int64_t qs[] = {s.b, s.sq, s.hq, s.d}, ks[] = {s.b, s.skv, s.hkv, s.d};
+  std::vector<uint8_t> q = random_tensor(static_cast<size_t>(s.b * s.sq * s.hq * s.d), dtype, 1);
+  std::vector<uint8_t> k = random_tensor(static_cast<size_t>(s.b * s.skv * s.hkv * s.d), dtype, 2);
+  std::vector<uint8_t> v = random_tensor(k.size() / (dtype == ATTNGEN_F32 ? 4 : 2), dtype, 3);
+  std::vector<uint8_t> o = random_tensor(q.size() / (dtype == ATTNGEN_F32 ? 4 : 2), dtype, 4);
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), dtype, 4, qs);
+  const attngen_tensor tk = attngen_tensor_contiguous(k.data(), dtype, 4, ks);
+  const attngen_tensor tv = attngen_tensor_contiguous(v.data(), dtype, 4, ks);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), dtype, 4, qs);
+  const PlainRope plain(s.d);
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  if (rope) opt.rope = &plain.rope;
+  if (attngen_attention(&tq, &tk, &tv, &to, &opt) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  state.SetLabel(attngen_last_kernel());
+  for (auto _ : state) {
+    if (attngen_attention(&tq, &tk, &tv, &to, &opt) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  set_gflops(state, attngen::bench::attention_flops(
+                        s.b, s.hq, attngen::bench::self_attention_pairs(s.sq, true), s.d, s.d));
+}
+
 // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over a cache of about
 // `bytes` of f32 K and V.
 DecodeShape llama_of_bytes(size_t bytes) {
@@ -562,6 +614,25 @@ void register_decode() {
       s.skv = std::max<int64_t>(1, static_cast<int64_t>(bytes / kv_bytes(one, dtype)));
       add(std::string("decode_roofline/") + word + "/" + where + "/" + describe(s), decode_roofline,
           s, dtype);
+    }
+  }
+  // A rope's cost (prefill_rope, decode_rope above): Llama's heads, each call without and with
+  // one, next to each other (bench/paired.py pairs them).
+  for (const auto& [dtype, word] : {dtypes[0], dtypes[2]}) {
+    const DecodeShape prompt{1, 2048, 32, 8, 128, 2048};
+    for (const char* way : {"none", "rope"}) {
+      add(std::string("rope_cost/prefill/") + word + "/B1_S2048_H32_8_D128/" + way, prefill_rope,
+          prompt, dtype, std::string(way) == "rope");
+    }
+  }
+  for (const auto& [dtype, word] : dtypes) {
+    for (int64_t keys : {2048, 8192}) {
+      DecodeShape s = llama;
+      s.skv = keys;
+      for (const char* way : {"none", "rope"}) {
+        add(std::string("rope_cost/decode/") + word + "/" + describe(s) + "/" + way, decode_rope, s,
+            dtype, std::string(way) == "rope");
+      }
     }
   }
   // The cost of a call: a cache of 16 slots, with the run's thread count set and with the

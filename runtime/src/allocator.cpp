@@ -546,7 +546,7 @@ CallScratch::CallScratch(CallMode mode) : mode_(mode), previous_(t_scratch) {
 }
 
 CallScratch::~CallScratch() {
-  for (int i = 0; i < heap_count_; ++i) std::free(heap_[i]);
+  for (int i = 0; i < heap_count_; ++i) scratch_release(heap_[i]);
   t_scratch = previous_;
 }
 
@@ -574,7 +574,9 @@ void* CallScratch::take(Check& c, size_t bytes, const char* what, const char* wh
     if (sizing()) std::memset(p, 0, b);
     return p;
   }
-  void* p = heap_count_ < kMaxHeap ? std::aligned_alloc(kWorkspaceAlignment, b) : nullptr;
+  // The block cache's, as the kernels' blocks: a call's rotated copies, tens of MiB at a long
+  // prefill, are not mapped and faulted in again on every call.
+  void* p = heap_count_ < kMaxHeap ? scratch_allocate(b) : nullptr;
   if (p == nullptr) {
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY,
            "cannot allocate " + std::to_string(b) + " bytes for " + what + what_suffix);

@@ -786,30 +786,10 @@ bool prepare_attention(Check& c, CallScratch& scratch, AttentionCall& call,
   return choice->kernel != nullptr && prepare_modifier(c, call, *choice->kernel);
 }
 
-// Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing).
-void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
-                       const KernelChoice& choice) {
-  // With a rope, q and k rotated into scratch of their dtype (then staged like the call's own).
-  RopedTensor q_roped, k_roped;
-  if (call.rope) {
-    if (!q_roped.take(c, scratch, call.rope, *call.q, "the rotated q") ||
-        !k_roped.take(c, scratch, call.rope, *call.k, "the rotated k")) {
-      return;
-    }
-    if (!scratch.sizing()) {  // a size query does not read the data
-      const attngen_attention_options& opt = call.opt;
-      const bool top_left = opt.alignment == ATTNGEN_ALIGN_TOP_LEFT;
-      const int64_t seq_q = call.seq_q;
-      const int32_t* kv_len = call.kv_len;
-      q_roped.fill(*call.q, [&](int64_t b, int64_t i) {
-        return position_at(opt.q_positions, b, i, top_left ? i : kv_len[b] - seq_q + i);
-      });
-      k_roped.fill(*call.k,
-                   [&](int64_t b, int64_t j) { return position_at(opt.k_positions, b, j, j); });
-    }
-    call.q = &q_roped.tensor();
-    call.k = &k_roped.tensor();
-  }
+// Runs a validated call (q and k rotated already, where it has a rope) on its chosen kernel (in
+// kSize: measures it, writing nothing).
+void run_attention(Check& c, CallScratch& scratch, AttentionCall& call,
+                   const KernelChoice& choice) {
   F32Staging staging;
   attngen_tensor q32, k32, v32, out32;
   if (choice.convert) {
@@ -828,6 +808,39 @@ void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
       run_kernel(c, choice.kernel, args) == ATTNGEN_OK) {
     staging.commit();
   }
+}
+
+// Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing); with a
+// rope, q and k rotated into scratch of their dtype first (then staged like the call's own). A
+// pass over the whole of q and k, split among the threads: rotating a few heads at a time and
+// running the kernel on those while their copies were in cache was slower (bench/RESULTS.md,
+// "RoPE").
+void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
+                       const KernelChoice& choice) {
+  if (!call.rope) {
+    run_attention(c, scratch, call, choice);
+    return;
+  }
+  RopedTensor q_roped, k_roped;
+  if (!q_roped.take(c, scratch, call.rope, *call.q, "the rotated q") ||
+      !k_roped.take(c, scratch, call.rope, *call.k, "the rotated k")) {
+    return;
+  }
+  if (!scratch.sizing()) {  // a size query does not read the data
+    const attngen_attention_options& opt = call.opt;
+    const bool top_left = opt.alignment == ATTNGEN_ALIGN_TOP_LEFT;
+    const int64_t seq_q = call.seq_q;
+    const int32_t* kv_len = call.kv_len;
+    q_roped.fill(*call.q, [&](int64_t b, int64_t i) {
+      return position_at(opt.q_positions, b, i, top_left ? i : kv_len[b] - seq_q + i);
+    });
+    k_roped.fill(*call.k,
+                 [&](int64_t b, int64_t j) { return position_at(opt.k_positions, b, j, j); });
+  }
+  AttentionCall rotated = call;
+  rotated.q = &q_roped.tensor();
+  rotated.k = &k_roped.tensor();
+  run_attention(c, scratch, rotated, choice);
 }
 
 // attngen_attention() and its size query (mode kSize: nothing written, *bytes the workspace).

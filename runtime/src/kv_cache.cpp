@@ -429,7 +429,7 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
         attngen_dtype k_dtype = k.dtype;
         if (rope) {  // K as F32 in tmp, rotated, then stored from there
           for (int64_t d = 0; d < o.head_dim_qk; ++d) tmp[d] = load_f32(k_row, k.dtype, d);
-          rope_row(rope, turn, tmp);
+          rope_row(rope, turn, tmp, tmp);
           k_src = tmp;
           k_dtype = ATTNGEN_F32;
         }

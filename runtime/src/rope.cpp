@@ -1,5 +1,6 @@
 #include "runtime/src/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -86,14 +87,15 @@ const float* RopeAngles::at(int64_t position) {
   double* sin_t = state_ + half;
   double* cos_f = state_ + 2 * half;
   double* sin_f = state_ + 3 * half;
-  if (!any_) {
-    for (int64_t i = 0; i < half; ++i) {
-      cos_f[i] = std::cos(static_cast<double>(rope_.inv_freq[i]));
-      sin_f[i] = std::sin(static_cast<double>(rope_.inv_freq[i]));
-    }
-  }
   if (any_ && position == last_) return cs_;
   if (any_ && position == last_ + 1 && since_anchor_ < kAnchorEvery) {
+    if (!turns_) {  // the turn by f_i, once a position follows another (a decode has one)
+      for (int64_t i = 0; i < half; ++i) {
+        cos_f[i] = std::cos(static_cast<double>(rope_.inv_freq[i]));
+        sin_f[i] = std::sin(static_cast<double>(rope_.inv_freq[i]));
+      }
+      turns_ = true;
+    }
     for (int64_t i = 0; i < half; ++i) {
       const double c = cos_t[i] * cos_f[i] - sin_t[i] * sin_f[i];
       const double s = sin_t[i] * cos_f[i] + cos_t[i] * sin_f[i];
@@ -119,23 +121,21 @@ const float* RopeAngles::at(int64_t position) {
   return cs_;
 }
 
-void rope_row(const RopeView& rope, const float* cs, float* x) {
+void rope_row(const RopeView& rope, const float* cs, const float* src, float* dst) {
   const int64_t half = rope.dim / 2;
   const float* cos_t = cs;
   const float* sin_t = cs + half;
   if (rope.pairs == ATTNGEN_ROPE_HALF) {
-    float* lo = x;
-    float* hi = x + half;
     for (int64_t i = 0; i < half; ++i) {
-      const float a = lo[i], b = hi[i];
-      lo[i] = a * cos_t[i] - b * sin_t[i];
-      hi[i] = a * sin_t[i] + b * cos_t[i];
+      const float a = src[i], b = src[i + half];
+      dst[i] = a * cos_t[i] - b * sin_t[i];
+      dst[i + half] = a * sin_t[i] + b * cos_t[i];
     }
   } else {
     for (int64_t i = 0; i < half; ++i) {
-      const float a = x[2 * i], b = x[2 * i + 1];
-      x[2 * i] = a * cos_t[i] - b * sin_t[i];
-      x[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+      const float a = src[2 * i], b = src[2 * i + 1];
+      dst[2 * i] = a * cos_t[i] - b * sin_t[i];
+      dst[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
     }
   }
 }
@@ -143,13 +143,16 @@ void rope_row(const RopeView& rope, const float* cs, float* x) {
 bool RopedTensor::take(Check& c, CallScratch& scratch, const RopeView& rope,
                        const attngen_tensor& x, const char* what) {
   rope_ = rope;
-  const size_t esize = x.dtype == ATTNGEN_F32 ? 4 : 2;
+  workers_ = std::max(1, thread_count());
+  const size_t esize = dtype_size(x.dtype);
   const size_t elements = static_cast<size_t>(x.shape[0] * x.shape[1] * x.shape[2] * x.shape[3]);
   void* data = scratch.take(c, elements * esize, what);
-  state_ = data != nullptr
-               ? scratch.array<double>(c, RopeAngles::state_doubles(rope), "the rope's angles")
-               : nullptr;
-  cs_ = state_ != nullptr ? scratch.array<float>(c, static_cast<size_t>(rope.dim + x.shape[3]),
+  state_stride_ = static_cast<int64_t>(RopeAngles::state_doubles(rope));
+  cs_stride_ = rope.dim;
+  state_ = data != nullptr ? scratch.array<double>(c, static_cast<size_t>(workers_ * state_stride_),
+                                                   "the rope's angles")
+                           : nullptr;
+  cs_ = state_ != nullptr ? scratch.array<float>(c, static_cast<size_t>(workers_ * cs_stride_),
                                                  "the rope's angles")
                           : nullptr;
   if (cs_ == nullptr) return false;
@@ -157,27 +160,98 @@ bool RopedTensor::take(Check& c, CallScratch& scratch, const RopeView& rope,
   return true;
 }
 
-void RopedTensor::rotate_heads(const attngen_tensor& x, int64_t b, int64_t s, const float* turn) {
-  const int64_t heads = x.shape[2], dim = x.shape[3];
-  const size_t esize = x.dtype == ATTNGEN_F32 ? 4 : 2;
-  const auto* in = static_cast<const uint8_t*>(x.data);
-  auto* out = static_cast<uint8_t*>(rotated_.data);
-  float* row = cs_ + rope_.dim;
-  for (int64_t h = 0; h < heads; ++h) {
-    const uint8_t* src = in + (b * x.strides[0] + s * x.strides[1] + h * x.strides[2]) * esize;
-    uint8_t* dst = out + static_cast<size_t>(((b * x.shape[1] + s) * heads + h) * dim) * esize;
-    if (x.dtype == ATTNGEN_F32) {
-      std::memcpy(dst, src, static_cast<size_t>(dim) * 4);
-      rope_row(rope_, turn, reinterpret_cast<float*>(dst));
-      continue;
+namespace {
+
+// The rotated dims of a row of 16-bit elements (F16 or BF16, `to_f32` and `from_f32` their
+// conversions), through F32 in one pass: pair by pair, no row buffer.
+template <typename ToF32, typename FromF32>
+void rope_row16(const RopeView& rope, const float* cs, const uint16_t* src, uint16_t* dst,
+                ToF32 to_f32, FromF32 from_f32) {
+  const int64_t half = rope.dim / 2;
+  const float* cos_t = cs;
+  const float* sin_t = cs + half;
+  if (rope.pairs == ATTNGEN_ROPE_HALF) {  // (the two forms apart: each loop vectorises)
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = to_f32(src[i]), b = to_f32(src[i + half]);
+      dst[i] = from_f32(a * cos_t[i] - b * sin_t[i]);
+      dst[i + half] = from_f32(a * sin_t[i] + b * cos_t[i]);
     }
-    for (int64_t d = 0; d < dim; ++d) row[d] = load_f32(src, x.dtype, d);
-    rope_row(rope_, turn, row);
-    auto* dst16 = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t d = 0; d < dim; ++d) {
-      dst16[d] = x.dtype == ATTNGEN_F16 ? f32_to_f16(row[d]) : f32_to_bf16(row[d]);
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = to_f32(src[2 * i]), b = to_f32(src[2 * i + 1]);
+      dst[2 * i] = from_f32(a * cos_t[i] - b * sin_t[i]);
+      dst[2 * i + 1] = from_f32(a * sin_t[i] + b * cos_t[i]);
     }
   }
+}
+
+}  // namespace
+
+void RopedTensor::rotate_rows(const attngen_tensor& x, const void* position, PositionFn at,
+                              int worker, int64_t first, int64_t last) const {
+  RopeAngles angles(rope_, state_ + worker * state_stride_, cs_ + worker * cs_stride_);
+  const int64_t seq = x.shape[1], heads = x.shape[2], dim = x.shape[3];
+  const size_t esize = dtype_size(x.dtype);
+  const auto* in = static_cast<const uint8_t*>(x.data);
+  auto* out = static_cast<uint8_t*>(rotated_.data);
+  for (int64_t r = first; r < last; ++r) {
+    const int64_t b = r / seq, s = r % seq;
+    const float* turn = angles.at(at(position, b, s));
+    for (int64_t h = 0; h < heads; ++h) {
+      const uint8_t* src = in + (b * x.strides[0] + s * x.strides[1] + h * x.strides[2]) * esize;
+      uint8_t* dst = out + static_cast<size_t>((r * heads + h) * dim) * esize;
+      if (x.dtype == ATTNGEN_F32) {
+        rope_row(rope_, turn, reinterpret_cast<const float*>(src), reinterpret_cast<float*>(dst));
+      } else if (x.dtype == ATTNGEN_BF16) {
+        rope_row16(rope_, turn, reinterpret_cast<const uint16_t*>(src),
+                   reinterpret_cast<uint16_t*>(dst), bf16_to_f32, f32_to_bf16);
+      } else {
+        rope_row16(rope_, turn, reinterpret_cast<const uint16_t*>(src),
+                   reinterpret_cast<uint16_t*>(dst), f16_to_f32, f32_to_f16);
+      }
+      // The dims past the rotary ones pass through.
+      std::memcpy(dst + rope_.dim * esize, src + rope_.dim * esize,
+                  static_cast<size_t>(dim - rope_.dim) * esize);
+    }
+  }
+}
+
+namespace {
+
+struct RotateJob {
+  const RopedTensor* tensor;
+  const attngen_tensor* x;
+  const void* position;
+  RopedTensor::PositionFn at;
+  int64_t rows, per_task;
+};
+
+int rotate_task(void* user_context, int task, uint8_t* closure) {
+  (void)user_context;
+  const RotateJob& j = *reinterpret_cast<const RotateJob*>(closure);
+  const int64_t first = task * j.per_task;
+  j.tensor->rotate_rows(*j.x, j.position, j.at, task, first, std::min(j.rows, first + j.per_task));
+  return 0;
+}
+
+}  // namespace
+
+void RopedTensor::fill_rows(const attngen_tensor& x, const void* position, PositionFn at) {
+  const int64_t rows = x.shape[0] * x.shape[1];
+  // A task per worker, each of at least 64 KiB of the tensor.
+  const int64_t row_bytes = x.shape[2] * x.shape[3] * static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t min_rows =
+      std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(row_bytes, 1));
+  const int64_t tasks = std::clamp<int64_t>(rows / min_rows, 1, workers_);
+  RotateJob job{this, &x, position, at, rows, (rows + tasks - 1) / tasks};
+  if (tasks == 1) {
+    rotate_rows(x, position, at, 0, 0, rows);
+    return;
+  }
+  const KernelRunScope running;
+  halide_do_par_for(nullptr, rotate_task, 0,
+                    static_cast<int>((rows + job.per_task - 1) / job.per_task),
+                    reinterpret_cast<uint8_t*>(&job));
 }
 
 }  // namespace attngen::rt

@@ -61,15 +61,17 @@ class RopeAngles {
   double* state_;  // cos, sin of the last position's angles [r / 2 each], then of f_i
   float* cs_;
   int64_t last_ = 0, since_anchor_ = kAnchorEvery;
-  bool any_ = false;
+  bool any_ = false, turns_ = false;
 };
 
-// Rotates the first rope.dim elements of the F32 row x in place by the angles `cs` (RopeAngles).
-void rope_row(const RopeView& rope, const float* cs, float* x);
+// The first rope.dim elements of the F32 row src rotated by the angles `cs` (RopeAngles) into dst
+// (which may be src; the elements past rope.dim are not written).
+void rope_row(const RopeView& rope, const float* cs, const float* src, float* dst);
 
 // A rotated copy of a tensor x [B, S, H, D] (F32, F16 or BF16, innermost stride 1), dense and of
 // x's dtype, in a call's scratch (taken first, so that a call can take all its scratch before it
-// writes anything): row (b, s) rotated at position(b, s) (F16 / BF16 through F32, rounded back).
+// writes anything): row (b, s) rotated at position(b, s) (F16 / BF16 through F32, rounded back),
+// the rows split among the threads (attngen_set_num_threads()).
 class RopedTensor {
  public:
   // Takes the scratch for x's copy and the angles; false (c says why) if it cannot hold them.
@@ -77,25 +79,29 @@ class RopedTensor {
             const char* what);
   // The copy, described (valid once taken).
   const attngen_tensor& tensor() const { return rotated_; }
-  // Rotates x into the copy (x of the shape and dtype it was taken for).
+  // Rotates x (the tensor it was taken for) into the copy.
   template <typename Position>
   void fill(const attngen_tensor& x, const Position& position) {
-    RopeAngles angles(rope_, state_, cs_);
-    for (int64_t b = 0; b < x.shape[0]; ++b) {
-      for (int64_t s = 0; s < x.shape[1]; ++s) {
-        rotate_heads(x, b, s, angles.at(position(b, s)));
-      }
-    }
+    fill_rows(x, &position, [](const void* p, int64_t b, int64_t s) -> int64_t {
+      return (*static_cast<const Position*>(p))(b, s);
+    });
   }
 
+  using PositionFn = int64_t (*)(const void* position, int64_t b, int64_t s);
+  // Rows [first, last) of x (row r = b * S + s) with the angles of worker `worker`.
+  void rotate_rows(const attngen_tensor& x, const void* position, PositionFn at, int worker,
+                   int64_t first, int64_t last) const;
+
  private:
-  // The heads of row (b, s) of x, by the angles `turn`.
-  void rotate_heads(const attngen_tensor& x, int64_t b, int64_t s, const float* turn);
+  void fill_rows(const attngen_tensor& x, const void* position, PositionFn at);
 
   RopeView rope_;
   attngen_tensor rotated_{};
+  int workers_ = 0;
+  // Per worker: its angles' state (RopeAngles::state_doubles()), and its angles (r floats).
   double* state_ = nullptr;
-  float* cs_ = nullptr;  // the angles (r floats), then a row as F32 (D floats)
+  float* cs_ = nullptr;
+  int64_t state_stride_ = 0, cs_stride_ = 0;
 };
 
 }  // namespace attngen::rt
