@@ -426,6 +426,42 @@ TEST(RopeAttention, AgreesWithDecodeOverARopeCache) {
   expect_close(step.dense(), full.dense(), max_abs(view_of(v.t)), ATTNGEN_F32);
 }
 
+// Calls with a rope in a workspace: they take their rotated copies from it (its size query counts
+// them), with the results of the calls without one, bit for bit.
+TEST(RopeAttention, InAWorkspace) {
+  std::mt19937_64 rng(fresh_seed());
+  const int64_t S = 70, Hq = 4, Hkv = 2, D = 64;
+  Storage q({2, S, Hq, D}, 0), k({2, S, Hkv, D}, 0), v({2, S, Hkv, D}, 0);
+  Storage heap({2, S, Hq, D}, 0), in_ws({2, S, Hq, D}, 0);
+  for (Storage* t : {&q, &k, &v}) t->fill_random(rng, -1.0, 1.0);
+  std::vector<float> freq(at(D / 2));
+  ASSERT_EQ(attngen_rope_inv_freq(10000.0, D, freq.data()), ATTNGEN_OK);
+  const int64_t half = D / 2;
+  const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
+  attngen_rope rope = attngen_rope_default();
+  rope.inv_freq = &freq_t;
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  opt.rope = &rope;
+  ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &heap.t, &opt), ATTNGEN_OK) << attngen_last_error();
+  size_t bytes = 0, plain = 0;
+  ASSERT_EQ(attngen_attention_workspace_size(&q.t, &k.t, &v.t, &in_ws.t, &opt, &bytes), ATTNGEN_OK)
+      << attngen_last_error();
+  opt.rope = nullptr;
+  ASSERT_EQ(attngen_attention_workspace_size(&q.t, &k.t, &v.t, &in_ws.t, &opt, &plain), ATTNGEN_OK);
+  opt.rope = &rope;
+  EXPECT_GE(bytes, plain + (q.buf.size() + k.buf.size()) * sizeof(float)) << "the copies counted";
+  std::vector<uint8_t> ws(bytes);
+  ASSERT_EQ(attngen_set_workspace(ws.data(), bytes / 2), ATTNGEN_OK);
+  EXPECT_EQ(attngen_attention(&q.t, &k.t, &v.t, &in_ws.t, &opt), ATTNGEN_ERROR_WORKSPACE);
+  EXPECT_TRUE(in_ws.all_poison()) << "written though the workspace was too small";
+  ASSERT_EQ(attngen_set_workspace(ws.data(), bytes), ATTNGEN_OK);
+  const attngen_status st = attngen_attention(&q.t, &k.t, &v.t, &in_ws.t, &opt);
+  ASSERT_EQ(attngen_set_workspace(nullptr, 0), ATTNGEN_OK);
+  ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(std::memcmp(heap.buf.data(), in_ws.buf.data(), heap.buf.size() * sizeof(float)), 0);
+}
+
 TEST(Rope, InvFreqIsPlainRope) {
   for (int64_t r : {2, 32, 64, 128}) {
     std::vector<float> got(at(r / 2), -1.0f);

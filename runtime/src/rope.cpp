@@ -149,13 +149,16 @@ bool RopedTensor::take(Check& c, CallScratch& scratch, const RopeView& rope,
   void* data = scratch.take(c, elements * esize, what);
   state_stride_ = static_cast<int64_t>(RopeAngles::state_doubles(rope));
   cs_stride_ = rope.dim;
-  state_ = data != nullptr ? scratch.array<double>(c, static_cast<size_t>(workers_ * state_stride_),
-                                                   "the rope's angles")
-                           : nullptr;
-  cs_ = state_ != nullptr ? scratch.array<float>(c, static_cast<size_t>(workers_ * cs_stride_),
-                                                 "the rope's angles")
-                          : nullptr;
-  if (cs_ == nullptr) return false;
+  // Every worker's state (doubles), then every worker's angles (floats), in one block.
+  const size_t state_bytes = static_cast<size_t>(workers_ * state_stride_) * sizeof(double);
+  auto* angles = data != nullptr
+                     ? static_cast<uint8_t*>(scratch.take(
+                           c, state_bytes + static_cast<size_t>(workers_ * cs_stride_) * 4,
+                           "the rope's angles"))
+                     : nullptr;
+  if (angles == nullptr) return false;
+  state_ = reinterpret_cast<double*>(angles);
+  cs_ = reinterpret_cast<float*>(angles + state_bytes);
   rotated_ = attngen_tensor_contiguous(data, x.dtype, 4, x.shape);
   return true;
 }
