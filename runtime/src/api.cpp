@@ -858,6 +858,181 @@ attngen_status attention(CallMode mode, const attngen_tensor* q, const attngen_t
   return finish(c, choice.kernel);
 }
 
+const char* const kPackedQDims[] = {"Tq", "Hq", "Dqk"};
+const char* const kPackedKDims[] = {"Tk", "Hkv", "Dqk"};
+const char* const kPackedVDims[] = {"Tk", "Hkv", "Dv"};
+const char* const kPackedODims[] = {"Tq", "Hq", "Dv"};
+const char* const kCuSeqlensDims[] = {"n + 1"};
+
+// Entry i of a checked I32 rank-1 tensor (the caller's data need not be 4-byte aligned).
+int32_t i32_at(const attngen_tensor& t, int64_t i) {
+  int32_t x;
+  std::memcpy(&x, static_cast<const uint8_t*>(t.data) + i * t.strides[0] * 4, sizeof x);
+  return x;
+}
+
+// A cu_seqlens tensor (`name`): I32 [n + 1] (n = sequences, from the first one checked when
+// *sequences >= 0), 0 at the front, non-decreasing, `total` at the back.
+bool check_cu_seqlens(Check& c, const attngen_tensor* cu, const char* name, int64_t total,
+                      int64_t* sequences) {
+  const TensorSpec spec{name, ATTNGEN_I32, 1, kCuSeqlensDims};
+  if (!check_tensor(c, cu, spec)) return false;
+  if (*sequences >= 0 && !check_dim(c, *cu, spec, 0, *sequences + 1, "n + 1 of cu_seqlens_q")) {
+    return false;
+  }
+  const int64_t n = *sequences = cu->shape[0] - 1;
+  if (n < 1) {
+    return c.fail(ATTNGEN_ERROR_EMPTY,
+                  std::string(name) + " has 1 entry: no sequence (expected n + 1 >= 2)");
+  }
+  for (int64_t i = 0; i <= n; ++i) {
+    const int32_t x = i32_at(*cu, i), before = i > 0 ? i32_at(*cu, i - 1) : 0;
+    if ((i == 0 && x != 0) || x < before || x > total || (i == n && x != total)) {
+      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) + "[" + std::to_string(i) + "] is " + std::to_string(x) +
+                        ", expected 0 = " + name + "[0] <= ... <= " + name + "[n] = " +
+                        std::to_string(total) + " (the packed rows)");
+    }
+  }
+  return true;
+}
+
+// Rows [first, first + n) of a packed [T, H, D] tensor as a batch of one, [1, n, H, D].
+attngen_tensor packed_rows(const attngen_tensor& t, int64_t first, int64_t n) {
+  attngen_tensor s{};
+  s.data = static_cast<uint8_t*>(t.data) + first * t.strides[0] * dtype_size(t.dtype);
+  s.dtype = t.dtype;
+  s.rank = 4;
+  const int64_t shape[4] = {1, n, t.shape[1], t.shape[2]};
+  const int64_t strides[4] = {n * t.strides[0], t.strides[0], t.strides[1], t.strides[2]};
+  for (int d = 0; d < 4; ++d) {
+    s.shape[d] = shape[d];
+    s.strides[d] = strides[d];
+  }
+  return s;
+}
+
+// attngen_attention_varlen() and its size query: each sequence one attention() call, every one
+// validated (and its kernel chosen) before the first runs.
+attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const attngen_tensor* k,
+                                const attngen_tensor* v, attngen_tensor* out,
+                                const attngen_tensor* cu_q, const attngen_tensor* cu_k,
+                                const attngen_attention_options* options, size_t* bytes) {
+  Check c;
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  attngen_attention_options opt = attngen_attention_options_default();
+  if (!read_options(c, options, "options", &opt, offsetof(attngen_attention_options, rope))) {
+    return finish(c, nullptr);
+  }
+  const struct {
+    bool set;
+    const char* name;
+  } per_batch[] = {{opt.kv_len != nullptr, "kv_len"},
+                   {opt.mask_tensor != nullptr, "mask_tensor"},
+                   {opt.weights != nullptr, "weights"},
+                   {opt.lse != nullptr, "lse"},
+                   {opt.q_positions != nullptr, "q_positions"},
+                   {opt.k_positions != nullptr, "k_positions"},
+                   {opt.modifier != nullptr, "modifier"},
+                   {enum_value(opt.pattern.kind) == ATTNGEN_PATTERN_BLOCK_SPARSE, "pattern (block-sparse)"}};
+  for (const auto& o : per_batch) {
+    if (o.set) {
+      c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+             std::string("options.") + o.name +
+                 " is set: a packed call takes no option shaped by the batch (a call per "
+                 "sequence does)");
+      return finish(c, nullptr);
+    }
+  }
+  const TensorSpec qs{"q", ATTNGEN_F32, 3, kPackedQDims, false, /*floating=*/true};
+  if (!check_tensor(c, q, qs)) return finish(c, nullptr);
+  const TensorSpec ks{"k", q->dtype, 3, kPackedKDims, false, false, "q"};
+  const TensorSpec vs{"v", q->dtype, 3, kPackedVDims, false, false, "q"};
+  const TensorSpec os{"out", q->dtype, 3, kPackedODims, /*output=*/true, false, "q", true};
+  if (!check_tensor(c, k, ks) || !check_tensor(c, v, vs) || !check_tensor(c, out, os) ||
+      !check_dim(c, *k, ks, 2, q->shape[2], "Dqk of q") ||
+      !check_dim(c, *v, vs, 0, k->shape[0], "Tk of k") ||
+      !check_dim(c, *v, vs, 1, k->shape[1], "Hkv of k") ||
+      !check_dim(c, *out, os, 0, q->shape[0], "Tq of q") ||
+      !check_dim(c, *out, os, 1, q->shape[1], "Hq of q") ||
+      !check_dim(c, *out, os, 2, v->shape[2], "Dv of v")) {
+    return finish(c, nullptr);
+  }
+  int64_t n = -1;
+  if (cu_q == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    return finish(c, nullptr);
+  }
+  if (!check_cu_seqlens(c, cu_q, "cu_seqlens_q", q->shape[0], &n) ||
+      (cu_k != nullptr && !check_cu_seqlens(c, cu_k, "cu_seqlens_k", k->shape[0], &n))) {
+    return finish(c, nullptr);
+  }
+  if (cu_k == nullptr && k->shape[0] != q->shape[0]) {
+    c.fail(ATTNGEN_ERROR_SHAPE, "k.shape[0] (Tk) is " + std::to_string(k->shape[0]) +
+                                    ", expected Tq = " + std::to_string(q->shape[0]) +
+                                    " (no cu_seqlens_k: the sequences' keys are their queries' rows)");
+    return finish(c, nullptr);
+  }
+  const attngen_tensor& cuk = cu_k != nullptr ? *cu_k : *cu_q;
+  const std::pair<const attngen_tensor*, const char*> inputs[] = {
+      {q, "q"}, {k, "k"}, {v, "v"}, {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}};
+  for (const auto& [t, name] : inputs) {
+    if (t != nullptr && !check_no_alias(c, *out, "out", *t, name)) return finish(c, nullptr);
+  }
+  // Every sequence validated, and its kernel chosen, before any runs.
+  const auto sequence = [&](int64_t i, attngen_tensor* sq, attngen_tensor* sk, attngen_tensor* sv,
+                            attngen_tensor* so) {
+    const int64_t q0 = i32_at(*cu_q, i), k0 = i32_at(cuk, i);
+    *sq = packed_rows(*q, q0, i32_at(*cu_q, i + 1) - q0);
+    *sk = packed_rows(*k, k0, i32_at(cuk, i + 1) - k0);
+    *sv = packed_rows(*v, k0, sk->shape[1]);
+    *so = packed_rows(*out, q0, sq->shape[1]);
+  };
+  const attngen_kernel_info* kernel = nullptr;  // the last sequence's
+  for (int64_t i = 0; i < n; ++i) {
+    attngen_tensor sq, sk, sv, so;
+    sequence(i, &sq, &sk, &sv, &so);
+    if (sq.shape[1] == 0 || sk.shape[1] == 0) continue;
+    Check one;
+    CallScratch scratch(CallMode::kSize);
+    AttentionCall call{&sq, &sk, &sv, &so, attngen_attention_options_default()};
+    KernelChoice choice;
+    if (!prepare_attention(one, scratch, call, &opt, &choice)) {
+      c.fail(one.status(), "sequence " + std::to_string(i) + ": " + one.message());
+      return finish(c, nullptr);
+    }
+    kernel = choice.kernel;
+  }
+  size_t most = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    attngen_tensor sq, sk, sv, so;
+    sequence(i, &sq, &sk, &sv, &so);
+    if (sq.shape[1] == 0) continue;
+    if (sk.shape[1] == 0) {  // no keys: every query row attends nothing
+      if (mode == CallMode::kRun) {
+        const size_t row = static_cast<size_t>(so.shape[3]) * dtype_size(so.dtype);
+        for (int64_t r = 0; r < so.shape[1]; ++r) {
+          for (int64_t h = 0; h < so.shape[2]; ++h) {
+            std::memset(static_cast<uint8_t*>(so.data) +
+                            (r * so.strides[1] + h * so.strides[2]) * dtype_size(so.dtype),
+                        0, row);
+          }
+        }
+      }
+      continue;
+    }
+    size_t need = 0;
+    const attngen_status st = attention(mode, &sq, &sk, &sv, &so, &opt, &need);
+    if (st != ATTNGEN_OK) {
+      c.fail(st, "sequence " + std::to_string(i) + ": " + attngen_last_error());
+      return finish(c, nullptr);
+    }
+    most = std::max(most, need);
+  }
+  if (mode == CallMode::kSize) *bytes = most;
+  return finish(c, kernel);
+}
+
 // One linear call: x [B, S, E], w [N, E], bias [N] or NULL, y [B, S, N].
 struct LinearCall {
   const attngen_tensor *x, *w, *bias;
@@ -1223,6 +1398,23 @@ attngen_status attngen_attention_workspace_size(const attngen_tensor* q, const a
                                                 const attngen_attention_options* options,
                                                 size_t* bytes) {
   return attention(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out), options, bytes);
+}
+
+attngen_status attngen_attention_varlen(const attngen_tensor* q, const attngen_tensor* k,
+                                        const attngen_tensor* v, attngen_tensor* out,
+                                        const attngen_tensor* cu_seqlens_q,
+                                        const attngen_tensor* cu_seqlens_k,
+                                        const attngen_attention_options* options) {
+  return attention_varlen(CallMode::kRun, q, k, v, out, cu_seqlens_q, cu_seqlens_k, options,
+                          nullptr);
+}
+
+attngen_status attngen_attention_varlen_workspace_size(
+    const attngen_tensor* q, const attngen_tensor* k, const attngen_tensor* v,
+    const attngen_tensor* out, const attngen_tensor* cu_seqlens_q,
+    const attngen_tensor* cu_seqlens_k, const attngen_attention_options* options, size_t* bytes) {
+  return attention_varlen(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out),
+                          cu_seqlens_q, cu_seqlens_k, options, bytes);
 }
 
 attngen_attention_data attngen_attention_data_default(void) {

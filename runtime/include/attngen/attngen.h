@@ -270,6 +270,35 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
                                  const attngen_tensor* v, attngen_tensor* out,
                                  const attngen_attention_options* options);
 
+/* ---- Packed sequences of different lengths (FlashAttention's varlen convention) ----
+ *
+ * n sequences packed along one token dimension, without padding: q [Tq, Hq, Dqk], k [Tk, Hkv,
+ * Dqk], v [Tk, Hkv, Dv], out [Tq, Hq, Dv] (dtypes and strides as attngen_attention()'s);
+ * cu_seqlens_q, I32 [n + 1] with 0 = cu[0] <= cu[1] <= ... <= cu[n] = Tq, puts the queries of
+ * sequence i in rows cu_seqlens_q[i] .. cu_seqlens_q[i + 1] - 1, and cu_seqlens_k likewise its
+ * keys and values (NULL: cu_seqlens_q, packed prompts attending to themselves). Sequence i is one
+ * attngen_attention() of its rows with the options: causal (bottom-right: the last query
+ * against the last key, FlashAttention's convention where a sequence has more keys than
+ * queries), scale, soft cap, a pattern (not block-sparse), a rope (positions from 0 in each
+ * sequence), `kernel`; the options that take tensors shaped by the batch (kv_len, mask_tensor,
+ * weights, lse, q_positions, k_positions, modifier) are ATTNGEN_ERROR_INVALID_ARGUMENT here.
+ * Sequences of no queries take no time; the queries of a sequence of no keys are rows of zeros.
+ * Everything is validated before anything is written; a kernel that fails on sequence i (or a
+ * workspace that a size query with other cu_seqlens measured) leaves the rows of the sequences
+ * before it written. */
+attngen_status attngen_attention_varlen(const attngen_tensor* q, const attngen_tensor* k,
+                                        const attngen_tensor* v, attngen_tensor* out,
+                                        const attngen_tensor* cu_seqlens_q,
+                                        const attngen_tensor* cu_seqlens_k,
+                                        const attngen_attention_options* options);
+
+/* Workspace bytes of that call (the most any of its sequences needs), each sequence's
+ * configuration measured. */
+attngen_status attngen_attention_varlen_workspace_size(
+    const attngen_tensor* q, const attngen_tensor* k, const attngen_tensor* v,
+    const attngen_tensor* out, const attngen_tensor* cu_seqlens_q,
+    const attngen_tensor* cu_seqlens_k, const attngen_attention_options* options, size_t* bytes);
+
 /* ---- Attention plans: validate and choose once, run many times ----
  *
  * A plan is made from one call's arguments (XNNPACK's create and reshape, cuDNN's plan): it
