@@ -561,6 +561,51 @@ void prefill_rope(benchmark::State& state, DecodeShape s, attngen_dtype dtype, b
                         s.b, s.hq, attngen::bench::self_attention_pairs(s.sq, true), s.d, s.d));
 }
 
+// Packed prompts of these lengths in one attngen_attention_varlen() call (packed), or causal
+// self-attention of `dense` tokens (B1), Llama's heads (Hq 32 / Hkv 8, D128), f32; counter
+// `pairs`: the attended (query, key) pairs of a call (bench/way_pairs.py divides by it).
+void varlen_prefill(benchmark::State& state, std::vector<int32_t> lengths, int64_t dense) {
+  const int64_t hq = 32, hkv = 8, d = 128;
+  std::vector<int32_t> cu{0};
+  for (int32_t n : lengths) cu.push_back(cu.back() + n);
+  const int64_t t = dense > 0 ? dense : cu.back(), n1 = static_cast<int64_t>(cu.size());
+  std::vector<float> q = random_vector(static_cast<size_t>(t * hq * d), 1), o(q.size());
+  std::vector<float> k = random_vector(static_cast<size_t>(t * hkv * d), 2);
+  std::vector<float> v = random_vector(k.size(), 3);
+  const int64_t qs[] = {1, t, hq, d}, ks[] = {1, t, hkv, d};
+  const int rank = dense > 0 ? 4 : 3;
+  const int64_t* q_shape = dense > 0 ? qs : qs + 1;
+  const int64_t* k_shape = dense > 0 ? ks : ks + 1;
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, rank, q_shape);
+  const attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, rank, k_shape);
+  const attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, rank, k_shape);
+  attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, rank, q_shape);
+  const attngen_tensor tcu = attngen_tensor_contiguous(cu.data(), ATTNGEN_I32, 1, &n1);
+  attngen_attention_options opt = attngen_attention_options_default();
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  const auto call = [&] {
+    return dense > 0 ? attngen_attention(&tq, &tk, &tv, &to, &opt)
+                     : attngen_attention_varlen(&tq, &tk, &tv, &to, &tcu, nullptr, &opt);
+  };
+  if (call() != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  state.SetLabel(attngen_last_kernel());
+  for (auto _ : state) {
+    if (call() != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  double pairs = 0;
+  for (int32_t n : dense > 0 ? std::vector<int32_t>{static_cast<int32_t>(dense)} : lengths) {
+    pairs += attngen::bench::self_attention_pairs(n, true);
+  }
+  state.counters["pairs"] = pairs * hq;
+  set_gflops(state, attngen::bench::attention_flops(1, hq, pairs, d, d));
+}
+
 // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over a cache of about
 // `bytes` of f32 K and V.
 DecodeShape llama_of_bytes(size_t bytes) {
@@ -634,6 +679,14 @@ void register_decode() {
             dtype, std::string(way) == "rope");
       }
     }
+  }
+  // 8 packed prompts of 64 to 1024 tokens against dense causal calls of 1024 and 2048 tokens, per
+  // attended pair (varlen_prefill above).
+  const std::vector<int32_t> prompts = {64, 1024, 192, 512, 128, 768, 256, 384};
+  add("varlen/prefill/f32/8_prompts_64_to_1024/packed", varlen_prefill, prompts, int64_t{0});
+  for (int64_t s : {1024, 2048}) {
+    add("varlen/prefill/f32/8_prompts_64_to_1024/dense_S" + std::to_string(s), varlen_prefill,
+        prompts, s);
   }
   // The cost of a call: a cache of 16 slots, with the run's thread count set and with the
   // library's default (which once read the CPU count from /sys on every parallel loop).
