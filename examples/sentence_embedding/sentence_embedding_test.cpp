@@ -24,12 +24,16 @@
 #include "examples/sentence_embedding/bert.h"
 #include "examples/sentence_embedding/npy.h"
 #include "examples/sentence_embedding/safetensors.h"
+#include "examples/sentence_embedding/safetensors_writer.h"
 #include "examples/sentence_embedding/tokenizer.h"
 
 namespace embed {
 namespace {
 
 using json = nlohmann::json;
+using test::RawTensor;
+using test::safetensors_bytes;
+using test::u64_le;
 
 // ---- Files ----
 
@@ -78,34 +82,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// ---- safetensors writing (independent of the reader) ----
-
-struct RawTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::string u64_le(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = char((v >> (8 * i)) & 0xff);
-  return s;
-}
-
-std::string safetensors_bytes(const std::map<std::string, RawTensor>& tensors) {
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  std::string data;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype},
-                    {"shape", t.shape},
-                    {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // as the reference writer pads
-  return u64_le(h.size()) + h + data;
-}
+// ---- safetensors writing: examples/sentence_embedding/safetensors_writer.h ----
 
 // The encodings of values m * 2^-e, |m| < 256: exact in F32, BF16 and F16 (normal range).
 std::string encode(const std::vector<float>& v, const std::string& dtype) {
