@@ -74,11 +74,18 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
                      : c.heads;
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
                                                                     : c.hidden / c.heads;
-    c.rotary_dim = static_cast<int64_t>(
-        std::llround(double(c.head_dim) * j.value("partial_rotary_factor", 1.0)));
+    // The rotary parameters: transformers 5 writes them as "rope_parameters" (rope_theta and the
+    // scaling together), earlier versions (and most checkpoints) as "rope_theta" and
+    // "rope_scaling".
+    const bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();
+    const nlohmann::json none = nlohmann::json::object();
+    const nlohmann::json& rope = v5 ? j["rope_parameters"] : none;
+    c.rotary_dim = static_cast<int64_t>(std::llround(
+        double(c.head_dim) *
+        rope.value("partial_rotary_factor", j.value("partial_rotary_factor", 1.0))));
     c.max_positions = j.value("max_position_embeddings", int64_t(2048));
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.rope_theta = rope.value("rope_theta", j.value("rope_theta", 10000.0));
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
     const std::string act = j.value("hidden_act", std::string("silu"));
     if (act != "silu") throw std::runtime_error("hidden_act \"" + act + "\" is not handled");
@@ -86,8 +93,9 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
         j.value("use_sliding_window", true)) {
       c.sliding_window = j["sliding_window"].get<int64_t>();
     }
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-      const nlohmann::json& s = j["rope_scaling"];
+    const bool scaled = v5 || (j.contains("rope_scaling") && !j["rope_scaling"].is_null());
+    if (scaled) {
+      const nlohmann::json& s = v5 ? rope : j["rope_scaling"];
       RopeScaling& r = c.rope_scaling;
       r.type = s.contains("rope_type") ? s["rope_type"].get<std::string>()
                                        : s.value("type", std::string("default"));

@@ -16,8 +16,9 @@
 
 namespace llm {
 
-// config.json's rope_scaling (Hugging Face's rope_type): "default" (none), "linear" (the
-// frequencies divided by factor) or "llama3" (Llama 3.1's per-frequency interpolation).
+// config.json's rope_scaling, or transformers 5's rope_parameters (Hugging Face's rope_type):
+// "default" (none), "linear" (the frequencies divided by factor) or "llama3" (Llama 3.1's
+// per-frequency interpolation).
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;

@@ -297,6 +297,16 @@ TEST(LlmConfig, ParsesLlamaAndMistral) {
       parse_llama_config(config_json(4, 4, 16, 5, false, true).dump(), "config.json");
   EXPECT_EQ(b.sliding_window, 5);
   EXPECT_TRUE(b.tie_word_embeddings);
+  // transformers 5 writes the rotary parameters together, as "rope_parameters".
+  json v5 = config_json(4, 2, 32, -1, true, false);
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 250.0;
+  v5.erase("rope_scaling");
+  const LlamaConfig c5 = parse_llama_config(v5.dump(), "config.json");
+  EXPECT_EQ(c5.rope_theta, 250.0);
+  EXPECT_EQ(c5.rope_scaling.type, "llama3");
+  EXPECT_EQ(c5.rope_scaling.original_max_positions, 64);
   json bad = config_json(4, 3, 16, -1, false, false);
   EXPECT_THROW(parse_llama_config(bad.dump(), "c"), std::runtime_error);  // 4 % 3
   bad = config_json(4, 4, 16, -1, false, false);
