@@ -1,5 +1,5 @@
-// Builders of attngen_attention (with its plan), attngen_linear and attngen_mha calls, and of the
-// sparse patterns they take (tests/fuzz/calls.h).
+// Builders of attngen_attention (with its plan), attngen_attention_varlen, attngen_linear and
+// attngen_mha calls, and of the sparse patterns and ropes they take (tests/fuzz/calls.h).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -59,6 +59,98 @@ PatternSpec make_pattern(Input& in, int64_t sq, int64_t skv, GuardTensor& layout
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rotary embeddings
+
+void make_rope(Input& in, int64_t dqk, RopeSpec& s, Fill& fill) {
+  s.r = attngen_rope_default();
+  if (in.chance(3)) s.r.struct_size = 0;  // the ABI rule: refused
+  // rotary_dim: even, 0 .. dqk mostly (0 is dqk, itself invalid for an odd head dim); else odd,
+  // past the head dim, negative or huge.
+  const uint8_t b = in.u8();
+  const int64_t half_max = dqk > 0 && dqk < 4096 ? dqk / 2 : 4;
+  if (b < 230) {
+    s.r.rotary_dim = 2 * (b % (half_max + 1));
+  } else {
+    const int64_t bad[] = {1, 3, dqk - 1, sat_add(dqk, 1), sat_add(dqk, 2), -2, INT64_MIN, INT64_MAX};
+    s.r.rotary_dim = in.pick(bad);
+  }
+  s.pairs = enum_value(in, 2);
+  put_enum(s.r.pairs, s.pairs);
+  s.dim = s.r.rotary_dim == 0 ? dqk : s.r.rotary_dim;
+  // inv_freq: F32 [dim / 2] mostly; else another size, rank or dtype, a layout of its own, NULL.
+  int64_t n = s.dim >= 2 && s.dim <= 8192 ? s.dim / 2 : dim(in, 8);
+  if (in.chance(8)) n = dim(in, 8);
+  std::vector<int64_t> shape{n};
+  if (in.chance(4)) shape.push_back(1);
+  const int d = dtype_near(in, ATTNGEN_F32);
+  s.freq.make(d, layout_for(in, shape), misalign(in, d), in.chance(3));
+  s.freq.poison();
+  // Plain RoPE's frequencies (attngen_rope_inv_freq(), checked against base^(-2i / dim) in
+  // double) or random ones in [-1, 1]: |f| <= 1 keeps t f exact enough in double at any int32
+  // position for the reference's angles to be the runtime's (docs/semantics.md).
+  const uint8_t mode = in.u8();
+  static constexpr double kBases[] = {10000.0, 500000.0, 1e6, 2.0, 100.0};
+  const double base = in.pick(kBases);
+  std::vector<float> plain;
+  if (mode < 128 && s.freq.small() && s.dim >= 2 && s.dim % 2 == 0 && s.freq.logical() == n &&
+      n == s.dim / 2) {
+    plain.resize(static_cast<size_t>(n));
+    if (note(attngen_rope_inv_freq(base, s.dim, plain.data())) != ATTNGEN_OK) {
+      fail("attngen_rope_inv_freq(%g, %" PRId64 ") failed", base, s.dim);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(s.dim));
+      if (std::abs(plain[i] - want) > 1e-6 * want) {
+        fail("attngen_rope_inv_freq(%g, %" PRId64 ")[%" PRId64 "] is %g, expected %g", base, s.dim,
+             i, plain[i], want);
+      }
+    }
+  }
+  s.freq.for_each([&](int64_t e, int64_t off) {
+    s.freq.set(off, plain.empty() ? static_cast<double>(fill.rng() % 2049) / 1024.0 - 1.0
+                                  : plain[static_cast<size_t>(e)]);
+  });
+  if (in.chance(8) && s.freq.small() && s.freq.logical() > 0) {  // one non-finite frequency
+    static constexpr double kBad[] = {std::numeric_limits<double>::quiet_NaN(),
+                                      std::numeric_limits<double>::infinity(),
+                                      -std::numeric_limits<double>::infinity()};
+    const int64_t at = static_cast<int64_t>(fill.rng() % static_cast<uint64_t>(s.freq.logical()));
+    s.freq.for_each([&](int64_t e, int64_t off) {
+      if (e == at) s.freq.set(off, in.pick(kBad));
+    });
+  }
+  s.inv_freq = s.freq.dense();  // as stored (elements may share memory)
+  s.r.inv_freq = in.chance(4) ? nullptr : &s.freq.t;
+}
+
+void check_rope_accepted(const RopeSpec& s, int64_t dqk) {
+  if (s.r.struct_size != sizeof(attngen_rope)) fail("a rope of struct_size %zu accepted", s.r.struct_size);
+  if (s.pairs != ATTNGEN_ROPE_HALF && s.pairs != ATTNGEN_ROPE_INTERLEAVED) {
+    fail("rope pairs %d accepted", s.pairs);
+  }
+  if (s.dim < 2 || s.dim > dqk || s.dim % 2 != 0) {
+    fail("rope rotary_dim %" PRId64 " accepted for head dim %" PRId64, s.r.rotary_dim, dqk);
+  }
+  if (s.r.inv_freq == nullptr) fail("a rope without inv_freq accepted");
+  check_accepted({&s.freq});
+  if (s.freq.dtype() != ATTNGEN_F32 || !has_shape(s.freq, {s.dim / 2})) {
+    fail("rope inv_freq of dtype %d and shape %s accepted for rotary_dim %" PRId64,
+         s.freq.dtype(), shape_of(s.freq).c_str(), s.dim);
+  }
+  for (double f : s.inv_freq) {
+    if (!std::isfinite(f)) fail("a rope with a non-finite frequency accepted");
+  }
+}
+
+std::vector<double> rope_dense(const RopeSpec& s, const std::vector<double>& x, int64_t B,
+                               int64_t S, int64_t H, int64_t D,
+                               const std::vector<int64_t>& positions) {
+  const Dense d = dense_from(x, {B, S, H, D});
+  return attngen::test::reference_rope(d.view, s.dim, s.pairs == ATTNGEN_ROPE_INTERLEAVED,
+                                       s.inv_freq, positions);
+}
+
+// ---------------------------------------------------------------------------------------------
 // attngen_attention
 
 namespace {
@@ -69,6 +161,34 @@ struct MaskInfo {
   std::vector<int64_t> shape;  // aligned right against [B, Hq, Sq, Skv]
   std::vector<double> values;  // dense
 };
+
+// An I32 [B, S] positions tensor (q_positions, k_positions), sometimes of another shape or dtype:
+// any int32 values, mostly consecutive from a base (0, small, near the int32 limits), else
+// unordered and repeated, or random. Its values as stored (dense) in `values`.
+void make_positions(Input& in, GuardTensor& g, int64_t B, int64_t S, std::vector<int64_t>& values,
+                    Fill& fill) {
+  std::vector<int64_t> shape{B, S};
+  if (in.chance(8)) {
+    const size_t d = in.u8() % 2;
+    shape[d] = sat_add(shape[d], 1);
+  }
+  if (in.chance(4)) shape.pop_back();
+  const int d = dtype_near(in, ATTNGEN_I32);
+  g.make(d, layout_for(in, shape), misalign(in, d), in.chance(3));
+  g.poison();
+  const uint8_t mode = in.u8();
+  static constexpr int64_t kBases[] = {0, 1, 7, 1000, 1 << 20, INT32_MAX - 40, INT32_MIN, -5};
+  const int64_t base = in.pick(kBases);
+  g.for_each([&](int64_t e, int64_t off) {
+    int64_t x = static_cast<int32_t>(fill.rng());
+    if (mode < 160) x = base + (S > 0 ? e % S : 0);
+    if (mode >= 160 && mode < 220) x = base + static_cast<int64_t>(fill.rng() % 64);
+    g.set(off, static_cast<double>(as_i32(static_cast<double>(x))));
+  });
+  if (g.small()) {
+    for (double x : g.dense()) values.push_back(static_cast<int64_t>(as_i32(x)));
+  }
+}
 
 }  // namespace
 

@@ -259,11 +259,17 @@ void fill_mha_weights(std::initializer_list<GuardTensor*> weights, int64_t embed
 }
 
 Dense dense_of(const GuardTensor& g) {
+  return dense_from(g.dense(), std::vector<int64_t>(g.t.shape, g.t.shape + g.t.rank));
+}
+
+Dense dense_from(const std::vector<double>& x, const std::vector<int64_t>& shape) {
   Dense d;
-  for (double x : g.dense()) d.data.push_back(static_cast<float>(x));
-  std::vector<int64_t> strides(static_cast<size_t>(g.t.rank), 1);
-  for (int i = g.t.rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * g.t.shape[i + 1];
-  d.view = View{d.data.data(), std::vector<int64_t>(g.t.shape, g.t.shape + g.t.rank), strides};
+  for (double e : x) d.data.push_back(static_cast<float>(e));
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * shape[i + 1];
+  }
+  d.view = View{d.data.data(), shape, strides};
   return d;
 }
 

@@ -141,4 +141,7 @@ struct Dense {
 
 Dense dense_of(const GuardTensor& g);
 
+// A float32 copy of dense values x of this shape, and its View.
+Dense dense_from(const std::vector<double>& x, const std::vector<int64_t>& shape);
+
 }  // namespace attngen::fuzz

@@ -6,6 +6,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 namespace attngen::fuzz {
 
@@ -28,6 +29,20 @@ const char* g_known_off = nullptr;
   __builtin_trap();
 }
 
+// Statuses by kind of call (note_kind), in the order of the names. Never destroyed: print_stats
+// runs at exit, after the destructors of statics made after its registration.
+std::map<std::string, std::vector<uint64_t>>& kind_counts() {
+  static auto* counts = new std::map<std::string, std::vector<uint64_t>>;
+  return *counts;
+}
+
+attngen_status note_kind(const char* kind, attngen_status s) {
+  std::vector<uint64_t>& c = kind_counts()[kind];
+  c.resize(kStatuses + 1);
+  ++c[(s >= 0 && s < kStatuses) ? s : kStatuses];
+  return s;
+}
+
 void print_stats() {
   std::fprintf(stderr,
                "== attngen fuzz: %" PRIu64 " API calls, %" PRIu64
@@ -38,6 +53,16 @@ void print_stats() {
     std::fprintf(stderr, "==   %-34s %" PRIu64 "\n",
                  s < kStatuses ? attngen_status_name(static_cast<attngen_status>(s)) : "(other)",
                  g_status_count[s]);
+  }
+  for (const auto& [kind, counts] : kind_counts()) {
+    std::string line;
+    for (int s = 0; s <= kStatuses; ++s) {
+      if (counts[s] == 0) continue;
+      line += std::string(line.empty() ? "" : ", ") +
+              (s < kStatuses ? attngen_status_name(static_cast<attngen_status>(s)) : "(other)") +
+              " " + std::to_string(counts[s]);
+    }
+    std::fprintf(stderr, "==   %s: %s\n", kind.c_str(), line.c_str());
   }
 }
 
@@ -87,6 +112,8 @@ void check_plan(Call& c, attngen_status status, const attngen_tensor* q, const a
     if (o->pattern.layout != nullptr) d.layout = o->pattern.layout->data;
     if (o->weights != nullptr) d.weights = o->weights->data;
     if (o->lse != nullptr) d.lse = o->lse->data;
+    if (o->q_positions != nullptr) d.q_positions = o->q_positions->data;
+    if (o->k_positions != nullptr) d.k_positions = o->k_positions->data;
   }
   c.before();
   const attngen_status ran = note(attngen_attention_plan_run(plan, &d));

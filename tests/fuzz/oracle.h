@@ -39,6 +39,10 @@ extern bool g_nonfinite;  // ATTNGEN_FUZZ_NONFINITE=1
 // Counts a returned status; an error must come with a message, success with none.
 attngen_status note(attngen_status s);
 
+// Also counts the status (already note()d) under a kind of call, a feature whose share of the
+// run print_stats() shows on its own ("attention rope", "varlen", ...).
+attngen_status note_kind(const char* kind, attngen_status s);
+
 // Whether the KNOWN(issue17-<id>) exclusion is active. ATTNGEN_FUZZ_KNOWN turns exclusions off to
 // check fixes or reproduce: "all", or a list of ids ("3,5").
 extern const char* g_known_off;
