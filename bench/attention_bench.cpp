@@ -606,6 +606,34 @@ void varlen_prefill(benchmark::State& state, std::vector<int32_t> lengths, int64
   set_gflops(state, attngen::bench::attention_flops(1, hq, pairs, d, d));
 }
 
+// nn.Linear of one token's row (a decode step's projection), through attngen_linear() (the
+// weights packed on every call) or an attngen_linear_layer (packed once), F32.
+void linear_step(benchmark::State& state, int64_t e, int64_t n, bool layer) {
+  std::vector<float> x = random_vector(static_cast<size_t>(e), 1), y(static_cast<size_t>(n));
+  std::vector<float> w = random_vector(static_cast<size_t>(n * e), 2);
+  const int64_t xs[] = {1, 1, e}, ws[] = {n, e}, ys[] = {1, 1, n};
+  const attngen_tensor tx = attngen_tensor_contiguous(x.data(), ATTNGEN_F32, 3, xs);
+  const attngen_tensor tw = attngen_tensor_contiguous(w.data(), ATTNGEN_F32, 2, ws);
+  attngen_tensor ty = attngen_tensor_contiguous(y.data(), ATTNGEN_F32, 3, ys);
+  attngen_linear_layer* made = nullptr;
+  if (layer && attngen_linear_layer_create(&tw, nullptr, &made) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  const std::unique_ptr<attngen_linear_layer, void (*)(attngen_linear_layer*)> owned(
+      made, attngen_linear_layer_destroy);
+  for (auto _ : state) {
+    const attngen_status st = layer ? attngen_linear_layer_forward(made, &tx, &ty)
+                                    : attngen_linear(&tx, &tw, nullptr, &ty);
+    if (st != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  state.SetLabel(attngen_last_kernel());
+  set_bandwidth(state, static_cast<double>(n * e) * 4);
+}
+
 // Llama-style GQA (32 query heads over 8 kv heads, D128), one query over a cache of about
 // `bytes` of f32 K and V.
 DecodeShape llama_of_bytes(size_t bytes) {
@@ -678,6 +706,14 @@ void register_decode() {
         add(std::string("rope_cost/decode/") + word + "/" + describe(s) + "/" + way, decode_rope, s,
             dtype, std::string(way) == "rope");
       }
+    }
+  }
+  // A decode step's projection (Llama-7B's q_proj and a 1B model's MLP): the weights packed per
+  // call against once.
+  for (const auto& [e, n] : {std::pair<int64_t, int64_t>{4096, 4096}, {2048, 5632}}) {
+    for (const char* way : {"call", "layer"}) {
+      add("linear_step/f32/E" + std::to_string(e) + "_N" + std::to_string(n) + "/" + way,
+          linear_step, e, n, std::string(way) == "layer");
     }
   }
   // 8 packed prompts of 64 to 1024 tokens against dense causal calls of 1024 and 2048 tokens, per

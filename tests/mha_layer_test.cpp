@@ -15,6 +15,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "tests/isas.h"
 #include "tests/reference.h"
 #include "tests/tensor.h"
 
@@ -392,6 +393,128 @@ TEST(MhaLayer, CallErrorsWriteNothing) {
   int64_t n = -1;
   ASSERT_EQ(attngen_kv_cache_length(cache, 0, 0, &n), ATTNGEN_OK);
   EXPECT_EQ(n, 0) << "a refused step appended";
+}
+
+// ---- The persistent linear layer (attngen_linear_layer) ----
+
+using LinearPtr = std::unique_ptr<attngen_linear_layer, void (*)(attngen_linear_layer*)>;
+
+// attngen_linear_layer_forward() equals attngen_linear() of the same weights bit for bit, on every
+// CPU ISA this machine runs (each reads its own panels, packed at its first call), for each
+// dtype, with and without a bias, for a strided x; the caller's weights overwritten after the
+// layer was made change nothing; against the float64 reference too.
+TEST(LinearLayer, ForwardEqualsLinearOnEveryIsa) {
+  struct Restore {
+    ~Restore() { attngen_set_isa(nullptr); }
+  } restore;
+  std::vector<std::string> isas = runnable_cpu_isas();
+  isas.insert(isas.begin(), "");  // the default choice first
+  for (attngen_dtype dtype : {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16}) {
+    for (bool with_bias : {true, false}) {
+      const int64_t B = 2, S = 7, E = 96, N = 160;
+      std::mt19937_64 rng(fresh_seed());
+      AnyTensor w(dtype, {N, E}, 0), bias(dtype, {N}, 0), x(dtype, {B, S, E}, 3);
+      w.fill_random(rng, -0.5, 0.5);
+      bias.fill_random(rng, -0.5, 0.5);
+      x.fill_random(rng, -1, 1);
+      const std::vector<float> w_wide = w.widened(), b_wide = bias.widened();
+      attngen_linear_layer* made = nullptr;
+      ASSERT_EQ(attngen_linear_layer_create(&w.t(), with_bias ? &bias.t() : nullptr, &made),
+                ATTNGEN_OK)
+          << attngen_last_error();
+      LinearPtr layer(made, attngen_linear_layer_destroy);
+      // A copy of the weights for the plain calls; the layer's own copy must not need them.
+      AnyTensor w2(dtype, {N, E}, 0), b2(dtype, {N}, 0);
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t e = 0; e < E; ++e) w2.set({n, e}, w_wide[static_cast<size_t>(n * E + e)]);
+        b2.set({n}, b_wide[static_cast<size_t>(n)]);
+      }
+      w.fill_random(rng, 5, 6);  // overwritten: the layer has its own copy
+      for (const std::string& isa : isas) {
+        SCOPED_TRACE(std::string(attngen::dtype_row(dtype)->name) + (with_bias ? " bias " : " ") +
+                     (isa.empty() ? "default" : isa));
+        ASSERT_EQ(attngen_set_isa(isa.empty() ? nullptr : isa.c_str()), ATTNGEN_OK);
+        AnyTensor y_plain(dtype, {B, S, N}, 0), y(dtype, {B, S, N}, 2);
+        ASSERT_EQ(attngen_linear(&x.t(), &w2.t(), with_bias ? &b2.t() : nullptr, &y_plain.t()),
+                  ATTNGEN_OK)
+            << attngen_last_error();
+        const std::string kernel = attngen_last_kernel();
+        ASSERT_EQ(attngen_linear_layer_forward(layer.get(), &x.t(), &y.t()), ATTNGEN_OK)
+            << attngen_last_error();
+        EXPECT_EQ(attngen_last_kernel(), kernel);
+        EXPECT_EQ(y.dense(), y_plain.dense());
+        EXPECT_EQ(y.gaps_written(), 0);
+        // The float64 reference: y = x W^T + b.
+        const std::vector<double> xs = x.dense();
+        std::vector<double> want;
+        for (int64_t r = 0; r < B * S; ++r) {
+          for (int64_t n = 0; n < N; ++n) {
+            double acc = with_bias ? b_wide[static_cast<size_t>(n)] : 0.0;
+            for (int64_t e = 0; e < E; ++e) {
+              acc += xs[static_cast<size_t>(r * E + e)] * w_wide[static_cast<size_t>(n * E + e)];
+            }
+            want.push_back(acc);
+          }
+        }
+        expect_close(y.dense(), want, 1.0, dtype, 1.0);
+      }
+    }
+  }
+}
+
+TEST(LinearLayer, Errors) {
+  std::mt19937_64 rng(fresh_seed());
+  Storage w({8, 4}, 0), bias({8}, 0), x({1, 3, 4}, 0), y({1, 3, 8}, 0);
+  for (Storage* t : {&w, &bias, &x}) t->fill_random(rng, -1, 1);
+  attngen_linear_layer* layer = reinterpret_cast<attngen_linear_layer*>(&w);
+  Storage bias7({7}, 0);
+  EXPECT_EQ(attngen_linear_layer_create(&w.t, &bias7.t, &layer), ATTNGEN_ERROR_SHAPE);
+  EXPECT_EQ(layer, nullptr) << "a failed create leaves *layer NULL";
+  EXPECT_EQ(attngen_linear_layer_create(nullptr, nullptr, &layer), ATTNGEN_ERROR_NULL_POINTER);
+  EXPECT_EQ(attngen_linear_layer_create(&w.t, nullptr, nullptr), ATTNGEN_ERROR_NULL_POINTER);
+  ASSERT_EQ(attngen_linear_layer_create(&w.t, &bias.t, &layer), ATTNGEN_OK);
+  LinearPtr owned(layer, attngen_linear_layer_destroy);
+  const auto expect_error = [&](const attngen_tensor* xt, attngen_tensor* yt, attngen_status want,
+                                const char* needle) {
+    const std::vector<float> before = y.buf;
+    const attngen_status st = attngen_linear_layer_forward(layer, xt, yt);
+    EXPECT_EQ(st, want) << attngen_status_name(st) << ": " << attngen_last_error();
+    EXPECT_NE(std::string(attngen_last_error()).find(needle), std::string::npos)
+        << attngen_last_error();
+    EXPECT_EQ(std::memcmp(before.data(), y.buf.data(), before.size() * 4), 0) << "y written";
+  };
+  Storage x5({1, 3, 5}, 0), y9({1, 3, 9}, 0);
+  x5.fill_random(rng, -1, 1);
+  expect_error(&x5.t, &y.t, ATTNGEN_ERROR_SHAPE, "E of the layer");
+  expect_error(&x.t, &y9.t, ATTNGEN_ERROR_SHAPE, "N of the layer");
+  AnyTensor x16(ATTNGEN_F16, {1, 3, 4}, 0);
+  x16.fill_random(rng, -1, 1);
+  expect_error(&x16.t(), &y.t, ATTNGEN_ERROR_DTYPE, "x");
+  EXPECT_EQ(attngen_linear_layer_forward(nullptr, &x.t, &y.t), ATTNGEN_ERROR_NULL_POINTER);
+  ASSERT_EQ(attngen_linear_layer_forward(layer, &x.t, &y.t), ATTNGEN_OK) << attngen_last_error();
+  attngen_linear_layer_destroy(nullptr);
+}
+
+// In a workspace: its size query packs nothing new, and the call then allocates nothing.
+TEST(LinearLayer, InAWorkspace) {
+  std::mt19937_64 rng(fresh_seed());
+  Storage w({64, 32}, 0), x({2, 5, 32}, 0), y({2, 5, 64}, 0), y_heap({2, 5, 64}, 0);
+  w.fill_random(rng, -1, 1);
+  x.fill_random(rng, -1, 1);
+  attngen_linear_layer* made = nullptr;
+  ASSERT_EQ(attngen_linear_layer_create(&w.t, nullptr, &made), ATTNGEN_OK);
+  LinearPtr layer(made, attngen_linear_layer_destroy);
+  ASSERT_EQ(attngen_linear_layer_forward(layer.get(), &x.t, &y_heap.t), ATTNGEN_OK);
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_linear_layer_forward_workspace_size(layer.get(), &x.t, &y.t, &bytes),
+            ATTNGEN_OK)
+      << attngen_last_error();
+  std::vector<uint8_t> ws(bytes);
+  ASSERT_EQ(attngen_set_workspace(ws.data(), bytes), ATTNGEN_OK);
+  const attngen_status st = attngen_linear_layer_forward(layer.get(), &x.t, &y.t);
+  ASSERT_EQ(attngen_set_workspace(nullptr, 0), ATTNGEN_OK);
+  ASSERT_EQ(st, ATTNGEN_OK) << attngen_last_error();
+  EXPECT_EQ(y.buf, y_heap.buf);
 }
 
 }  // namespace

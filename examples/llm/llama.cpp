@@ -22,17 +22,26 @@ void check(attngen_status st, const char* what) {
   }
 }
 
-// y [batch, seq, n] = x [batch, seq, e] W^T (+ b), W [n, e]: nn.Linear on attngen_linear().
-void linear(const float* x, int64_t batch, int64_t seq, int64_t e, const std::vector<float>& w,
-            const std::vector<float>& b, int64_t n, float* y) {
-  const int64_t xs[] = {batch, seq, e}, ws[] = {n, e}, bs[] = {n}, ys[] = {batch, seq, n};
-  const attngen_tensor xt = attngen_tensor_contiguous(const_cast<float*>(x), ATTNGEN_F32, 3, xs);
+// A linear layer of w [n, e] and bias [n] (empty: none), F32, packed once.
+Linear make_linear(const std::vector<float>& w, const std::vector<float>& b, int64_t n, int64_t e) {
+  const int64_t ws[] = {n, e}, bs[] = {n};
   const attngen_tensor wt =
       attngen_tensor_contiguous(const_cast<float*>(w.data()), ATTNGEN_F32, 2, ws);
   const attngen_tensor bt =
       attngen_tensor_contiguous(const_cast<float*>(b.data()), ATTNGEN_F32, 1, bs);
+  attngen_linear_layer* layer = nullptr;
+  check(attngen_linear_layer_create(&wt, b.empty() ? nullptr : &bt, &layer),
+        "attngen_linear_layer_create");
+  return Linear(layer);
+}
+
+// y [batch, seq, n] = x [batch, seq, e] W^T (+ b): nn.Linear on the layer's packed weights.
+void linear(const float* x, int64_t batch, int64_t seq, int64_t e, const Linear& w, int64_t n,
+            float* y) {
+  const int64_t xs[] = {batch, seq, e}, ys[] = {batch, seq, n};
+  const attngen_tensor xt = attngen_tensor_contiguous(const_cast<float*>(x), ATTNGEN_F32, 3, xs);
   attngen_tensor yt = attngen_tensor_contiguous(y, ATTNGEN_F32, 3, ys);
-  check(attngen_linear(&xt, &wt, b.empty() ? nullptr : &bt, &yt), "attngen_linear");
+  check(attngen_linear_layer_forward(w.get(), &xt, &yt), "attngen_linear_layer_forward");
 }
 
 // out = RMSNorm(x) * g over rows of e (Hugging Face's LlamaRMSNorm; the mean square in double).
@@ -80,9 +89,9 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
     const bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();
     const nlohmann::json none = nlohmann::json::object();
     const nlohmann::json& rope = v5 ? j["rope_parameters"] : none;
-    c.rotary_dim = static_cast<int64_t>(std::llround(
-        double(c.head_dim) *
-        rope.value("partial_rotary_factor", j.value("partial_rotary_factor", 1.0))));
+    c.rotary_dim = static_cast<int64_t>(
+        std::llround(double(c.head_dim) *
+                     rope.value("partial_rotary_factor", j.value("partial_rotary_factor", 1.0))));
     c.max_positions = j.value("max_position_embeddings", int64_t(2048));
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
     c.rope_theta = rope.value("rope_theta", j.value("rope_theta", 10000.0));
@@ -164,26 +173,31 @@ LlamaModel LlamaModel::load(const embed::SafeTensors& st, const LlamaConfig& c) 
   const int64_t E = c.hidden, D = c.head_dim, hq = c.heads * D, hkv = c.kv_heads * D;
   m.embed_ = weight(st, "model.embed_tokens.weight", {c.vocab_size, E});
   m.norm_ = weight(st, "model.norm.weight", {E});
-  if (!c.tie_word_embeddings) m.lm_head_ = weight(st, "lm_head.weight", {c.vocab_size, E});
+  m.lm_head_ = make_linear(
+      c.tie_word_embeddings ? m.embed_ : weight(st, "lm_head.weight", {c.vocab_size, E}), {},
+      c.vocab_size, E);
+  const std::pair<const char*, int64_t> qkv_parts[] = {{"q", hq}, {"k", hkv}, {"v", hkv}};
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LlamaLayer layer;
     layer.input_norm = weight(st, p + "input_layernorm.weight", {E});
     layer.post_norm = weight(st, p + "post_attention_layernorm.weight", {E});
-    for (const auto& [part, rows] :
-         {std::pair<const char*, int64_t>{"q", hq}, {"k", hkv}, {"v", hkv}}) {
-      append(layer.qkv_w, weight(st, p + "self_attn." + part + "_proj.weight", {rows, E}));
+    std::vector<float> qkv_w, qkv_b, gate_up_w;
+    for (const auto& [part, rows] : qkv_parts) {
+      append(qkv_w, weight(st, p + "self_attn." + part + "_proj.weight", {rows, E}));
     }
     if (st.contains(p + "self_attn.q_proj.bias")) {
-      for (const auto& [part, rows] :
-           {std::pair<const char*, int64_t>{"q", hq}, {"k", hkv}, {"v", hkv}}) {
-        append(layer.qkv_b, weight(st, p + "self_attn." + part + "_proj.bias", {rows}));
+      for (const auto& [part, rows] : qkv_parts) {
+        append(qkv_b, weight(st, p + "self_attn." + part + "_proj.bias", {rows}));
       }
     }
-    layer.o_w = weight(st, p + "self_attn.o_proj.weight", {E, hq});
-    append(layer.gate_up_w, weight(st, p + "mlp.gate_proj.weight", {c.intermediate, E}));
-    append(layer.gate_up_w, weight(st, p + "mlp.up_proj.weight", {c.intermediate, E}));
-    layer.down_w = weight(st, p + "mlp.down_proj.weight", {E, c.intermediate});
+    layer.qkv = make_linear(qkv_w, qkv_b, hq + 2 * hkv, E);
+    layer.o = make_linear(weight(st, p + "self_attn.o_proj.weight", {E, hq}), {}, E, hq);
+    append(gate_up_w, weight(st, p + "mlp.gate_proj.weight", {c.intermediate, E}));
+    append(gate_up_w, weight(st, p + "mlp.up_proj.weight", {c.intermediate, E}));
+    layer.gate_up = make_linear(gate_up_w, {}, 2 * c.intermediate, E);
+    layer.down = make_linear(weight(st, p + "mlp.down_proj.weight", {E, c.intermediate}), {}, E,
+                             c.intermediate);
     m.layers_.push_back(std::move(layer));
   }
   for (double f : rope_inv_freq(c)) m.inv_freq_.push_back(static_cast<float>(f));
@@ -273,25 +287,24 @@ std::vector<float> Session::step(const std::vector<std::vector<int32_t>>& tokens
   for (int64_t l = 0; l < c.layers; ++l) {
     const LlamaLayer& w = model_.layers_[at(l)];
     rms_norm(x.data(), rows, E, w.input_norm, c.rms_norm_eps, h.data());
-    linear(h.data(), batch_, t, E, w.qkv_w, w.qkv_b, n_qkv, qkv.data());
+    linear(h.data(), batch_, t, E, w.qkv, n_qkv, qkv.data());
     check(attngen_kv_cache_append(cache_, l, &k, &v, dopt.counts), "attngen_kv_cache_append");
     check(attngen_decode(&q, cache_, l, &attn_t, &dopt), "attngen_decode");
-    linear(attn.data(), batch_, t, hq, w.o_w, {}, E, y.data());
+    linear(attn.data(), batch_, t, hq, w.o, E, y.data());
     for (size_t e = 0; e < x.size(); ++e) x[e] += y[e];
     rms_norm(x.data(), rows, E, w.post_norm, c.rms_norm_eps, h.data());
-    linear(h.data(), batch_, t, E, w.gate_up_w, {}, 2 * I, gate_up.data());
+    linear(h.data(), batch_, t, E, w.gate_up, 2 * I, gate_up.data());
     for (int64_t r = 0; r < rows; ++r) {  // SwiGLU: silu(gate) * up
       const float* g = gate_up.data() + r * 2 * I;
       for (int64_t i = 0; i < I; ++i)
         act[at(r * I + i)] = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];
     }
-    linear(act.data(), batch_, t, I, w.down_w, {}, E, y.data());
+    linear(act.data(), batch_, t, I, w.down, E, y.data());
     for (size_t e = 0; e < x.size(); ++e) x[e] += y[e];
   }
   rms_norm(x.data(), rows, E, model_.norm_, c.rms_norm_eps, h.data());
   std::vector<float> logits(at(rows * V));
-  linear(h.data(), batch_, t, E, model_.lm_head_.empty() ? model_.embed_ : model_.lm_head_, {}, V,
-         logits.data());
+  linear(h.data(), batch_, t, E, model_.lm_head_, V, logits.data());
   for (int64_t b = 0; b < batch_; ++b) {
     std::fill(logits.begin() + (b * t + counts[at(b)]) * V, logits.begin() + (b + 1) * t * V, 0.0f);
     lengths_[at(b)] += counts[at(b)];

@@ -1,7 +1,8 @@
 // A Llama-architecture decoder (Hugging Face LlamaForCausalLM and MistralForCausalLM: RMSNorm,
 // rotary embeddings, grouped-query attention, SwiGLU MLP, tied or untied embeddings) loaded from
 // a model directory as save_pretrained() writes it (config.json, model.safetensors), decoding
-// several sequences at once on attngen: the projections on attngen_linear(), the keys and values
+// several sequences at once on attngen: the projections on attngen_linear_layer (weights packed
+// once), the keys and values
 // in an attngen KV cache that rotates them (its rope), attention on attngen_decode(). The rest
 // (embedding, norms, the MLP's gate, greedy choice) is plain C++.
 #pragma once
@@ -47,11 +48,18 @@ LlamaConfig load_llama_config(const std::string& path);
 // ROPE_INIT_FUNCTIONS compute them, in double.
 std::vector<double> rope_inv_freq(const LlamaConfig& config);
 
-// One layer's weights as F32, nn.Linear layout [out, in]: q, k and v stacked into one projection
-// [(Hq + 2 Hkv) D, E] (one attngen_linear() writes q, k and v side by side, whose strided views
-// the cache and the decode take), gate and up into one [2I, E].
+// A projection's weights packed once: an attngen_linear_layer.
+struct LinearDeleter {
+  void operator()(attngen_linear_layer* l) const { attngen_linear_layer_destroy(l); }
+};
+using Linear = std::unique_ptr<attngen_linear_layer, LinearDeleter>;
+
+// One layer: its norms' weights, and its projections (nn.Linear layout [out, in], F32) as linear
+// layers: q, k and v stacked into one [(Hq + 2 Hkv) D, E] (one call writes q, k and v side by
+// side, whose strided views the cache and the decode take), gate and up into one [2I, E].
 struct LlamaLayer {
-  std::vector<float> input_norm, qkv_w, qkv_b, o_w, post_norm, gate_up_w, down_w;
+  std::vector<float> input_norm, post_norm;
+  Linear qkv, o, gate_up, down;
 };
 
 class LlamaModel {
@@ -68,7 +76,8 @@ class LlamaModel {
  private:
   friend class Session;
   LlamaConfig config_;
-  std::vector<float> embed_, norm_, lm_head_;  // lm_head_ empty: tied to embed_
+  std::vector<float> embed_, norm_;
+  Linear lm_head_;  // the embedding's weights where they are tied
   std::vector<LlamaLayer> layers_;
   std::vector<float> inv_freq_;
 };

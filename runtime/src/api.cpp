@@ -890,8 +890,8 @@ bool check_cu_seqlens(Check& c, const attngen_tensor* cu, const char* name, int6
     if ((i == 0 && x != 0) || x < before || x > total || (i == n && x != total)) {
       return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                     std::string(name) + "[" + std::to_string(i) + "] is " + std::to_string(x) +
-                        ", expected 0 = " + name + "[0] <= ... <= " + name + "[n] = " +
-                        std::to_string(total) + " (the packed rows)");
+                        ", expected 0 = " + name + "[0] <= ... <= " + name +
+                        "[n] = " + std::to_string(total) + " (the packed rows)");
     }
   }
   return true;
@@ -927,14 +927,15 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
   const struct {
     bool set;
     const char* name;
-  } per_batch[] = {{opt.kv_len != nullptr, "kv_len"},
-                   {opt.mask_tensor != nullptr, "mask_tensor"},
-                   {opt.weights != nullptr, "weights"},
-                   {opt.lse != nullptr, "lse"},
-                   {opt.q_positions != nullptr, "q_positions"},
-                   {opt.k_positions != nullptr, "k_positions"},
-                   {opt.modifier != nullptr, "modifier"},
-                   {enum_value(opt.pattern.kind) == ATTNGEN_PATTERN_BLOCK_SPARSE, "pattern (block-sparse)"}};
+  } per_batch[] = {
+      {opt.kv_len != nullptr, "kv_len"},
+      {opt.mask_tensor != nullptr, "mask_tensor"},
+      {opt.weights != nullptr, "weights"},
+      {opt.lse != nullptr, "lse"},
+      {opt.q_positions != nullptr, "q_positions"},
+      {opt.k_positions != nullptr, "k_positions"},
+      {opt.modifier != nullptr, "modifier"},
+      {enum_value(opt.pattern.kind) == ATTNGEN_PATTERN_BLOCK_SPARSE, "pattern (block-sparse)"}};
   for (const auto& o : per_batch) {
     if (o.set) {
       c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
@@ -968,9 +969,10 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
     return finish(c, nullptr);
   }
   if (cu_k == nullptr && k->shape[0] != q->shape[0]) {
-    c.fail(ATTNGEN_ERROR_SHAPE, "k.shape[0] (Tk) is " + std::to_string(k->shape[0]) +
-                                    ", expected Tq = " + std::to_string(q->shape[0]) +
-                                    " (no cu_seqlens_k: the sequences' keys are their queries' rows)");
+    c.fail(ATTNGEN_ERROR_SHAPE,
+           "k.shape[0] (Tk) is " + std::to_string(k->shape[0]) +
+               ", expected Tq = " + std::to_string(q->shape[0]) +
+               " (no cu_seqlens_k: the sequences' keys are their queries' rows)");
     return finish(c, nullptr);
   }
   const attngen_tensor& cuk = cu_k != nullptr ? *cu_k : *cu_q;
@@ -1072,9 +1074,8 @@ bool prepare_linear(Check& c, const LinearCall& call, KernelChoice* choice) {
 // Runs a validated call on its chosen kernel, packing its weights into the call's scratch (in
 // kSize: measures it, writing nothing).
 void execute_linear(Check& c, CallScratch& scratch, const LinearCall& call,
-                    const KernelChoice& choice) {
+                    const KernelChoice& choice, LayerWeights& weights) {
   const attngen_kernel_info* kernel = choice.kernel;
-  CallerWeights weights(call.w, call.bias, "bias");
   attngen_tensor x32 = *call.x, w32{}, b32{}, y32 = *call.y;
   F32Staging staging;
   if ((choice.convert &&
@@ -1095,7 +1096,39 @@ attngen_status linear(CallMode mode, const attngen_tensor* x, const attngen_tens
   const LinearCall call{x, w, bias, y};
   KernelChoice choice;
   if (!prepare_linear(c, call, &choice)) return finish(c, nullptr);
-  execute_linear(c, scratch, call, choice);
+  CallerWeights weights(call.w, call.bias, "bias");
+  execute_linear(c, scratch, call, choice, weights);
+  if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
+  return finish(c, choice.kernel);
+}
+
+// attngen_linear_layer_forward() and its size query: x [B, S, E] and y [B, S, N] of the layer's
+// dtype, y clear of x; the layer's packed weights.
+attngen_status linear_layer(CallMode mode, attngen_linear_layer* layer, const attngen_tensor* x,
+                            attngen_tensor* y, size_t* bytes) {
+  Check c;
+  CallScratch scratch(mode);
+  if (mode == CallMode::kSize && !check_bytes(c, bytes)) return finish(c, nullptr);
+  if (layer == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "layer is NULL");
+    return finish(c, nullptr);
+  }
+  PackedLayer& l = layer->layer;
+  const TensorSpec xs{"x", l.dtype, 3, kRowsDims, false, false, "the layer"};
+  const TensorSpec ys{"y", l.dtype, 3, kLinearOutDims, /*output=*/true, false, "the layer"};
+  if (!check_tensor(c, x, xs) || !check_dim(c, *x, xs, 2, l.embed, "E of the layer") ||
+      !check_tensor(c, y, ys) || !check_dim(c, *y, ys, 0, x->shape[0], "B of x") ||
+      !check_dim(c, *y, ys, 1, x->shape[1], "S of x") ||
+      !check_dim(c, *y, ys, 2, l.rows(0), "N of the layer") ||
+      !check_no_alias(c, *y, "y", *x, "x")) {
+    return finish(c, nullptr);
+  }
+  KernelChoice choice;
+  choice.kernel =
+      select_or_convert(c, layer_query(ATTNGEN_OP_LINEAR, l.dtype), nullptr, &choice.convert);
+  if (choice.kernel == nullptr) return finish(c, nullptr);
+  LayerSource weights(l);
+  execute_linear(c, scratch, LinearCall{x, nullptr, nullptr, y}, choice, weights);
   if (mode == CallMode::kSize) return finish_size(c, scratch, bytes, choice.kernel);
   return finish(c, choice.kernel);
 }
@@ -1413,8 +1446,8 @@ attngen_status attngen_attention_varlen_workspace_size(
     const attngen_tensor* q, const attngen_tensor* k, const attngen_tensor* v,
     const attngen_tensor* out, const attngen_tensor* cu_seqlens_q,
     const attngen_tensor* cu_seqlens_k, const attngen_attention_options* options, size_t* bytes) {
-  return attention_varlen(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out),
-                          cu_seqlens_q, cu_seqlens_k, options, bytes);
+  return attention_varlen(CallMode::kSize, q, k, v, const_cast<attngen_tensor*>(out), cu_seqlens_q,
+                          cu_seqlens_k, options, bytes);
 }
 
 attngen_attention_data attngen_attention_data_default(void) {
@@ -1555,7 +1588,8 @@ attngen_status attngen_linear_plan_create(const attngen_tensor* x, const attngen
   const LinearCall call{x, w, bias, const_cast<attngen_tensor*>(y)};
   KernelChoice choice;
   if (!prepare_linear(c, call, &choice)) return finish(c, nullptr);
-  execute_linear(c, scratch, call, choice);
+  CallerWeights weights(call.w, call.bias, "bias");
+  execute_linear(c, scratch, call, choice, weights);
   if (!c.ok()) return finish(c, nullptr);
   attngen_linear_plan* p = new (std::nothrow) attngen_linear_plan;
   if (p == nullptr) {
@@ -1603,7 +1637,8 @@ attngen_status attngen_linear_plan_run(const attngen_linear_plan* plan,
   scratch.set_planned_need(&plan->need);
   const LinearCall call{&x, &w, b, &y};
   if (!validate_linear(c, call)) return finish(c, nullptr);
-  execute_linear(c, scratch, call, plan->choice);
+  CallerWeights weights(call.w, call.bias, "bias");
+  execute_linear(c, scratch, call, plan->choice, weights);
   return finish(c, plan->choice.kernel);
 }
 
@@ -1703,6 +1738,36 @@ attngen_status attngen_linear_workspace_size(const attngen_tensor* x, const attn
                                              const attngen_tensor* bias, const attngen_tensor* y,
                                              size_t* bytes) {
   return linear(CallMode::kSize, x, w, bias, const_cast<attngen_tensor*>(y), bytes);
+}
+
+attngen_status attngen_linear_layer_create(const attngen_tensor* w, const attngen_tensor* bias,
+                                           attngen_linear_layer** layer) {
+  Check c;
+  if (layer == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "layer is NULL");
+    return finish(c, nullptr);
+  }
+  *layer = nullptr;
+  const TensorSpec ws{"w", ATTNGEN_F32, 2, kLinearWDims, false, /*floating=*/true};
+  if (!check_tensor(c, w, ws)) return finish(c, nullptr);
+  const TensorSpec bs{"bias", w->dtype, 1, kBiasDims, false, false, "w"};
+  if (bias != nullptr &&
+      (!check_tensor(c, bias, bs) || !check_dim(c, *bias, bs, 0, w->shape[0], "N of w"))) {
+    return finish(c, nullptr);
+  }
+  make_linear_layer(c, *w, bias, layer);
+  return finish(c, nullptr);
+}
+
+attngen_status attngen_linear_layer_forward(attngen_linear_layer* layer, const attngen_tensor* x,
+                                            attngen_tensor* y) {
+  return linear_layer(CallMode::kRun, layer, x, y, nullptr);
+}
+
+attngen_status attngen_linear_layer_forward_workspace_size(attngen_linear_layer* layer,
+                                                           const attngen_tensor* x,
+                                                           const attngen_tensor* y, size_t* bytes) {
+  return linear_layer(CallMode::kSize, layer, x, const_cast<attngen_tensor*>(y), bytes);
 }
 
 attngen_status attngen_mha(const attngen_tensor* x, const attngen_mha_weights* weights,

@@ -155,7 +155,7 @@ float* PackedLayer::weights(int which, int panel) {
   const Panels& from = *panels.front();
   auto next = std::make_unique<Panels>();
   next->panel = panel;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < matrices; ++i) {
     const int64_t n = rows(i), floats = packed_floats(n, embed, panel);
     next->w[i].reset(packed_storage(floats));
     if (next->w[i] == nullptr) return nullptr;
@@ -209,12 +209,12 @@ int panel_of(attngen_op op, attngen_dtype dtype, int64_t head_dim) {
   return k != nullptr ? k->weight_panel : 0;
 }
 
-// Packs both matrices for `panel` into a new entry of layer.panels; false when out of memory.
-bool add_panels(PackedLayer& layer, const attngen_mha_weights& w, int panel) {
+// Packs the layer's matrices (m[0 .. layer.matrices)) for `panel` into a new entry of
+// layer.panels; false when out of memory.
+bool add_panels(PackedLayer& layer, const attngen_tensor* const* m, int panel) {
   auto p = std::make_unique<PackedLayer::Panels>();
   p->panel = panel;
-  const attngen_tensor* m[2] = {w.in_proj_weight, w.out_proj_weight};
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < layer.matrices; ++i) {
     p->w[i].reset(packed_storage(packed_floats(layer.rows(i), layer.embed, panel)));
     if (p->w[i] == nullptr) return false;
     pack_weights(*m[i], panel, p->w[i].get());
@@ -223,7 +223,58 @@ bool add_panels(PackedLayer& layer, const attngen_mha_weights& w, int panel) {
   return true;
 }
 
+// The layer's biases (`biases[i]` of matrix i, NULL: zeros) in F32 and, for an F16 / BF16 layer,
+// as given; false when out of memory.
+bool copy_biases(PackedLayer& l, const attngen_tensor* const* biases) {
+  try {
+    for (int i = 0; i < l.matrices; ++i) {
+      const int64_t n = l.rows(i);
+      l.bias32[i].assign(static_cast<size_t>(n), 0.0f);
+      if (l.dtype != ATTNGEN_F32) l.bias16[i].assign(static_cast<size_t>(n), 0);
+      const attngen_tensor* b = biases[i];
+      if (b == nullptr) continue;
+      const auto* base = static_cast<const char*>(b->data);
+      for (int64_t j = 0; j < n; ++j) {
+        l.bias32[i][j] = load_f32(base, l.dtype, j * b->strides[0]);
+        if (l.dtype != ATTNGEN_F32) {
+          std::memcpy(&l.bias16[i][j], base + static_cast<size_t>(j * b->strides[0]) * 2, 2);
+        }
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool make_linear_layer(Check& c, const attngen_tensor& w, const attngen_tensor* bias,
+                       attngen_linear_layer** layer) {
+  auto made = std::unique_ptr<attngen_linear_layer>(new (std::nothrow) attngen_linear_layer);
+  bool ok = made != nullptr;
+  if (ok) {
+    PackedLayer& l = made->layer;
+    l.matrices = 1;
+    l.embed = w.shape[1];
+    l.out_rows[0] = w.shape[0];
+    l.dtype = w.dtype;
+    const attngen_tensor* matrices[1] = {&w};
+    const attngen_tensor* biases[1] = {bias};
+    // Packed for the linear kernel of the layer's dtype (or F32's, converted); another width is
+    // packed when a call first needs it.
+    int panel = panel_of(ATTNGEN_OP_LINEAR, l.dtype, 0);
+    if (panel == 0) panel = panel_of(ATTNGEN_OP_LINEAR, ATTNGEN_F32, 0);
+    ok = copy_biases(l, biases) && add_panels(l, matrices, panel > 0 ? panel : 1);
+  }
+  if (!ok) {
+    return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "out of memory copying the layer's weights (" +
+                                                   std::to_string(w.shape[0] * w.shape[1]) +
+                                                   " floats packed)");
+  }
+  *layer = made.release();
+  return true;
+}
 
 bool check_layer_call(Check& c, const attngen_mha_layer* layer, const attngen_tensor* x,
                       const attngen_tensor* y, const char* seq, int64_t* num_heads, bool f32_only) {
@@ -283,34 +334,23 @@ attngen_status attngen_mha_layer_create(const attngen_mha_weights* weights, int6
     PackedLayer& l = made->layer;
     l.embed = embed;
     l.heads = num_heads;
+    l.out_rows[0] = 3 * embed;
+    l.out_rows[1] = embed;
     l.dtype = dtype;
     const attngen_tensor* biases[2] = {weights->in_proj_bias, weights->out_proj_bias};
-    try {
-      for (int i = 0; i < 2; ++i) {
-        const int64_t n = l.rows(i);
-        l.bias32[i].assign(static_cast<size_t>(n), 0.0f);
-        if (dtype != ATTNGEN_F32) l.bias16[i].assign(static_cast<size_t>(n), 0);
-        const attngen_tensor* b = biases[i];
-        if (b == nullptr) continue;
-        const auto* base = static_cast<const char*>(b->data);
-        for (int64_t j = 0; j < n; ++j) {
-          l.bias32[i][j] = load_f32(base, dtype, j * b->strides[0]);
-          if (dtype != ATTNGEN_F32) {
-            std::memcpy(&l.bias16[i][j], base + static_cast<size_t>(j * b->strides[0]) * 2, 2);
-          }
-        }
-      }
-    } catch (const std::bad_alloc&) {
-      ok = false;
-    }
+    const attngen_tensor* matrices[2] = {weights->in_proj_weight, weights->out_proj_weight};
     // Packed for the kernels a forward (of the layer's dtype, or F32 converted) and a decode
     // step's projections would run; another width is packed when a call first needs it.
     const int64_t dh = embed / num_heads;
     int forward = panel_of(ATTNGEN_OP_MHA, dtype, dh);
     if (forward == 0) forward = panel_of(ATTNGEN_OP_MHA, ATTNGEN_F32, dh);
     const int step = panel_of(ATTNGEN_OP_LINEAR, ATTNGEN_F32, 0);
-    ok = ok && add_panels(l, *weights, forward > 0 ? forward : step > 0 ? step : 1);
-    ok = ok && (step <= 0 || step == l.panels.front()->panel || add_panels(l, *weights, step));
+    ok = copy_biases(l, biases) &&
+         add_panels(l, matrices,
+                    forward > 0 ? forward
+                    : step > 0  ? step
+                                : 1) &&
+         (step <= 0 || step == l.panels.front()->panel || add_panels(l, matrices, step));
   }
   if (!ok) {
     c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "out of memory copying the layer's weights (" +
@@ -322,5 +362,7 @@ attngen_status attngen_mha_layer_create(const attngen_mha_weights* weights, int6
 }
 
 void attngen_mha_layer_destroy(attngen_mha_layer* layer) { delete layer; }
+
+void attngen_linear_layer_destroy(attngen_linear_layer* layer) { delete layer; }
 
 }  // extern "C"

@@ -12,6 +12,7 @@
 #include "runtime/src/workspace.h"
 
 struct attngen_mha_layer;
+struct attngen_linear_layer;
 
 namespace attngen::rt {
 
@@ -72,14 +73,18 @@ struct PackedLayer {
     int panel = 0;
     std::unique_ptr<float[], AlignedDelete> w[2];
   };
+  // Its matrices [out_rows[i], embed]: an MHA layer's in_proj [3E, E] and out_proj [E, E], a
+  // linear layer's one matrix [N, E] (matrices 1).
   int64_t embed = 0, heads = 0;
+  int matrices = 2;
+  int64_t out_rows[2] = {0, 0};
   attngen_dtype dtype = ATTNGEN_F32;
   std::vector<float> bias32[2];     // the biases in F32 (zeros where absent)
   std::vector<uint16_t> bias16[2];  // an F16 / BF16 layer's biases as given (zeros where absent)
   Mutex mutex;                      // guards `panels` (calls may run concurrently)
   std::vector<std::unique_ptr<Panels>> panels;
 
-  int64_t rows(int which) const { return which == 0 ? 3 * embed : embed; }
+  int64_t rows(int which) const { return out_rows[which]; }
   // Weight matrix `which` packed for `panel`, packing it (from the first panels) if no panels of
   // that width exist yet; nullptr when out of memory.
   float* weights(int which, int panel);
@@ -97,6 +102,11 @@ class LayerSource final : public LayerWeights {
   PackedLayer& layer_;
 };
 
+// A linear layer of w [N, E] and bias [N] (or NULL), both validated: packed once into *layer;
+// false (c: ATTNGEN_ERROR_OUT_OF_MEMORY) if the copy does not fit.
+bool make_linear_layer(Check& c, const attngen_tensor& w, const attngen_tensor* bias,
+                       attngen_linear_layer** layer);
+
 // A layer call's arguments: the layer given; x and y [B, seq, E] of the layer's dtype (an
 // `f32_only` call: F32), y clear of x; *num_heads 0 (set to the layer's) or the layer's.
 bool check_layer_call(Check& c, const attngen_mha_layer* layer, const attngen_tensor* x,
@@ -106,5 +116,10 @@ bool check_layer_call(Check& c, const attngen_mha_layer* layer, const attngen_te
 }  // namespace attngen::rt
 
 struct attngen_mha_layer {
+  attngen::rt::PackedLayer layer;
+};
+
+// A linear layer: one matrix (heads 0).
+struct attngen_linear_layer {
   attngen::rt::PackedLayer layer;
 };

@@ -677,6 +677,29 @@ attngen_status attngen_mha_layer_decode(attngen_mha_layer* layer, const attngen_
                                         attngen_tensor* y,
                                         const attngen_mha_decode_options* options);
 
+/* ---- A persistent linear layer: the weights packed once ----
+ *
+ * attngen_linear() packs its weight matrix into its kernel's layout (panels of output features)
+ * on every call: for a decode step, whose x has a few rows, that costs more than the products. A
+ * linear layer copies w [N, E] (F32, F16 or BF16) and its optional bias [N] once, packed (4
+ * bytes a weight, F32 whatever w's dtype), and attngen_linear_layer_forward(layer, x, y) is
+ * attngen_linear(x, w, bias, y) with the same results (bitwise, for the same kernel): x [B, S, E]
+ * and y [B, S, N] of the layer's dtype. The caller's tensors may be freed once it is created. A
+ * call whose kernel reads panels of another width (attngen_set_isa()) packs the weights for it
+ * once, allocating (its size query does it first). Calls on one layer may run concurrently
+ * (not in an ATTNGEN_SINGLE_THREADED build); destroying it must wait for them. */
+typedef struct attngen_linear_layer attngen_linear_layer;
+
+/* ATTNGEN_ERROR_OUT_OF_MEMORY if the packed copy does not fit; on any error *layer is NULL. */
+attngen_status attngen_linear_layer_create(const attngen_tensor* w, const attngen_tensor* bias,
+                                           attngen_linear_layer** layer);
+void attngen_linear_layer_destroy(attngen_linear_layer* layer);
+attngen_status attngen_linear_layer_forward(attngen_linear_layer* layer, const attngen_tensor* x,
+                                            attngen_tensor* y);
+attngen_status attngen_linear_layer_forward_workspace_size(attngen_linear_layer* layer,
+                                                           const attngen_tensor* x,
+                                                           const attngen_tensor* y, size_t* bytes);
+
 /* ---- Workspaces: calls that never allocate ----
  *
  * A call made while a workspace is bound on its thread takes all its scratch memory from it:
