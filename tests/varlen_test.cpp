@@ -240,10 +240,33 @@ TEST_F(VarlenValidation, CuSeqlens) {
   expect_error(call(&cu_k), ATTNGEN_ERROR_SHAPE, "cu_seqlens_k");
   expect_error(attngen_attention_varlen(&q.t, &k.t, &v.t, &out.t, nullptr, nullptr, &opt),
                ATTNGEN_ERROR_NULL_POINTER, "cu_seqlens_q");
-  // A sequence whose call is wrong is named: a window with a negative side beyond -1.
+  // A pattern's parameters are checked once (a window with a negative side beyond -1).
   opt.pattern.kind = ATTNGEN_PATTERN_WINDOW;
   opt.pattern.window_left = -5;
-  expect_error(call(), ATTNGEN_ERROR_INVALID_ARGUMENT, "sequence 0");
+  expect_error(call(), ATTNGEN_ERROR_INVALID_ARGUMENT, "pattern: window_left -5");
+}
+
+// The options are checked even where no sequence has keys (so none runs a call of its own).
+TEST_F(VarlenValidation, OptionsCheckedWithoutKeys) {
+  // Queries 3, 0, 7; keys 0, 5, 0: the one sequence with keys has no queries.
+  std::vector<int32_t> keys = {0, 0, 5, 5};
+  const attngen_tensor cu_k = attngen_tensor_contiguous(keys.data(), ATTNGEN_I32, 1, &n1);
+  Storage k5({5, 2, 64}, 0), v5({5, 2, 64}, 0);
+  std::mt19937_64 rng(fresh_seed());
+  k5.fill_random(rng, -1.0, 1.0);
+  v5.fill_random(rng, -1.0, 1.0);
+  const auto call_k = [&] {
+    return attngen_attention_varlen(&q.t, &k5.t, &v5.t, &out.t, &cu_t, &cu_k, &opt);
+  };
+  opt.scale = std::nanf("");
+  expect_error(call_k(), ATTNGEN_ERROR_INVALID_ARGUMENT, "scale");
+  opt.scale = 0.0f;
+  opt.pattern.kind = ATTNGEN_PATTERN_STRIDED;
+  opt.pattern.stride = 0;
+  expect_error(call_k(), ATTNGEN_ERROR_INVALID_ARGUMENT, "stride");
+  opt.pattern = attngen_pattern{};
+  ASSERT_EQ(call_k(), ATTNGEN_OK) << attngen_last_error();
+  for (float x : out.buf) ASSERT_EQ(x, 0.0f) << "rows without keys are zeros";
 }
 
 TEST_F(VarlenValidation, OptionsShapedByTheBatch) {

@@ -414,6 +414,20 @@ struct AttentionCall {
   HalideView modifier[ATTNGEN_MAX_MODIFIER_TENSORS];  // the modifier's tensors (prepare_modifier)
 };
 
+// The options that are values: the enums, scale, soft cap, the modifier's name.
+bool check_scalar_options(Check& c, const attngen_attention_options& opt) {
+  if (!check_enums(c, opt.mask, opt.alignment)) return false;
+  if (!std::isfinite(opt.scale))
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
+  if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
+  }
+  if (opt.modifier != nullptr && opt.modifier->name == nullptr) {
+    return c.fail(ATTNGEN_ERROR_NULL_POINTER, "modifier.name is NULL");
+  }
+  return true;
+}
+
 const char* const kQPositionDims[] = {"B", "Sq"};
 const char* const kKPositionDims[] = {"B", "Skv"};
 
@@ -499,15 +513,7 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
                       std::to_string(heads_kv) +
                       "; Hq must be a multiple of Hkv (grouped-query attention)");
   }
-  if (!check_enums(c, opt.mask, opt.alignment)) return false;
-  if (!std::isfinite(opt.scale))
-    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "scale is not finite");
-  if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.softcap)) {
-    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "softcap must be 0 (none) or a finite c > 0");
-  }
-  if (opt.modifier != nullptr && opt.modifier->name == nullptr) {
-    return c.fail(ATTNGEN_ERROR_NULL_POINTER, "modifier.name is NULL");
-  }
+  if (!check_scalar_options(c, opt)) return false;
   if (!prepare_kv_len(c, scratch, opt.kv_len, batch, seq_kv, &call.kv_len) ||
       !prepare_rope(c, scratch, call)) {
     return false;
@@ -947,6 +953,15 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
   }
   const TensorSpec qs{"q", ATTNGEN_F32, 3, kPackedQDims, false, /*floating=*/true};
   if (!check_tensor(c, q, qs)) return finish(c, nullptr);
+  // The options themselves, once: a call whose sequences all lack keys (or queries) validates no
+  // sequence's call (found by the fuzzer: a NaN scale accepted).
+  int64_t rope_dim = 0;
+  attngen_rope_pairs rope_pairs = ATTNGEN_ROPE_HALF;
+  HalideView no_layout;
+  if (!check_scalar_options(c, opt) || !prepare_pattern(c, opt.pattern, 1, 1, no_layout) ||
+      !check_rope(c, opt.rope, q->shape[2], "options.rope", &rope_dim, &rope_pairs)) {
+    return finish(c, nullptr);
+  }
   const TensorSpec ks{"k", q->dtype, 3, kPackedKDims, false, false, "q"};
   const TensorSpec vs{"v", q->dtype, 3, kPackedVDims, false, false, "q"};
   const TensorSpec os{"out", q->dtype, 3, kPackedODims, /*output=*/true, false, "q", true};
