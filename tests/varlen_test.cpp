@@ -64,8 +64,8 @@ struct Varlen {
     opt.pattern = pattern;
     opt.softcap = softcap;
     if (rope) opt.rope = &r;
-    const attngen_status st = attngen_attention_varlen(
-        &q.t(), &k.t(), &v.t(), &out.t(), &cu_q_t, k_lengths.empty() ? nullptr : &cu_k_t, &opt);
+    const attngen_status st = attngen_attention_varlen(&q.t(), &k.t(), &v.t(), &out.t(), &cu_q_t,
+                                                       k_lengths.empty() ? nullptr : &cu_k_t, &opt);
     ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
     EXPECT_EQ(out.gaps_written(), 0) << "the call wrote outside the output view";
 
@@ -180,8 +180,7 @@ TEST(Varlen, EqualsACallPerSequence) {
       attngen_tensor_contiguous(const_cast<int32_t*>(cu.data()), ATTNGEN_I32, 1, &n1);
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
-  ASSERT_EQ(attngen_attention_varlen(&q.t, &k.t, &v.t, &packed.t, &cu_t, nullptr, &opt),
-            ATTNGEN_OK)
+  ASSERT_EQ(attngen_attention_varlen(&q.t, &k.t, &v.t, &packed.t, &cu_t, nullptr, &opt), ATTNGEN_OK)
       << attngen_last_error();
   for (size_t i = 0; i < lengths.size(); ++i) {
     const int64_t shape[4] = {1, lengths[i], H, D};

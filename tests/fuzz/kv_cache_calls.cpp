@@ -1,6 +1,6 @@
-// Builder of a KV cache session (tests/fuzz/calls.h): create, then a few appends, decodes
-// (attngen_decode), MHA decode steps (attngen_mha_decode), lengths and resets, destroy; checked
-// against a model of what the cache holds and the float64 decode reference.
+// Builder of a KV cache session (tests/fuzz/calls.h): create (with a rope sometimes), then a few
+// appends, decodes (attngen_decode), MHA decode steps (attngen_mha_decode), lengths and resets,
+// destroy; checked against a model of what the cache holds and the float64 decode reference.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -30,6 +30,8 @@ struct CacheModel {
   int64_t layers = 0, batch = 0, hkv = 0, dqk = 0, dv = 0, capacity = 0, window = -1;
   int dtype = ATTNGEN_F32;
   bool approx = false;  // K and V rounded by a projection in float (MHA decode): storage bound
+  // The cache's rope (NULL: none): keys are held rotated at their positions, queries rotated.
+  const RopeSpec* rope = nullptr;
   std::vector<std::vector<std::vector<double>>> k, v;  // [layer * batch + b][pos][h * d + d]
 
   double round(double x) const {
@@ -124,6 +126,9 @@ void model_append(CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt,
     for (int64_t r = 0; r < cnt[static_cast<size_t>(b)]; ++r) {
       std::vector<double> kr = krows[static_cast<size_t>(b)][static_cast<size_t>(r)];
       std::vector<double> vr = vrows[static_cast<size_t>(b)][static_cast<size_t>(r)];
+      // Rotated at its position, the sequence's length before the append plus its row (the
+      // rows before it are appended already), before the rounding to the cache's dtype.
+      if (m.rope != nullptr) kr = rope_dense(*m.rope, kr, 1, 1, m.hkv, m.dqk, {m.length(layer, b)});
       for (double& x : kr) x = m.round(x);
       for (double& x : vr) x = m.round(x);
       if (m.dtype == ATTNGEN_I8) {
@@ -146,6 +151,19 @@ void model_append(CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt,
   }
 }
 
+// Queries q, dense [B, t, H, dqk], rotated by the cache's rope (if any): row i of sequence b at
+// n_b - cnt[b] + i, n_b its length once the step's keys are appended.
+std::vector<double> rotate_queries(const CacheModel& m, int64_t layer, std::vector<double> q,
+                                   int64_t B, int64_t t, int64_t H,
+                                   const std::vector<int64_t>& cnt) {
+  if (m.rope == nullptr) return q;
+  std::vector<int64_t> pos;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < t; ++i) pos.push_back(m.length(layer, b) - cnt[b] + i);
+  }
+  return rope_dense(*m.rope, q, B, t, H, m.dqk, pos);
+}
+
 // Checks that appending cnt tokens was allowed (docs/semantics.md, "Incremental decoding").
 void check_append_allowed(const CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt) {
   for (int64_t b = 0; b < m.batch; ++b) {
@@ -158,7 +176,7 @@ void check_append_allowed(const CacheModel& m, int64_t layer, const std::vector<
 
 }  // namespace
 
-void fuzz_kv_cache(Input& in, Fill& fill) {
+void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   if (o.window != -1 || o.dtype != ATTNGEN_F32 || o.layers != 0 || o.storage != nullptr) {
     fail("attngen_kv_cache_options_default() is not all zero with window -1 and F32");
@@ -180,6 +198,12 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
     o.window = o.capacity > 0 && o.capacity < 1000 ? wb % o.capacity : wb % 8;
   } else {
     o.window = in.pick(kHostile);
+  }
+  // A rope: valid mostly, else creation must fail.
+  RopeSpec rope;
+  if (with_rope && in.chance(100)) {
+    make_rope(in, o.head_dim_qk, rope, fill);
+    o.rope = &rope.r;
   }
   GuardTensor storage;
   size_t bytes = 0;
@@ -203,10 +227,14 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
                                             {"capacity", o.capacity},
                                             {"dtype", cache_dtype},
                                             {"window", o.window},
-                                            {"storage", o.storage != nullptr}});
+                                            {"storage", o.storage != nullptr},
+                                            {"rope_dim", o.rope ? rope.r.rotary_dim : -1},
+                                            {"rope_pairs", o.rope ? rope.pairs : -1}});
   attngen_kv_cache* cache = reinterpret_cast<attngen_kv_cache*>(0x1);  // must be overwritten
+  const bool null_o = in.chance(4), null_cache = in.chance(4);
   const attngen_status cs =
-      note(attngen_kv_cache_create(in.chance(4) ? nullptr : &o, in.chance(4) ? nullptr : &cache));
+      note(attngen_kv_cache_create(null_o ? nullptr : &o, null_cache ? nullptr : &cache));
+  if (o.rope && !null_o) note_kind("kv_cache_create with a rope", cs);
   if (cs != ATTNGEN_OK) {
     if (cache != reinterpret_cast<attngen_kv_cache*>(0x1)) fail("failed create wrote *cache");
     attngen_kv_cache_destroy(nullptr);
@@ -222,6 +250,15 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
   m.window = o.window;
   m.dtype = cache_dtype;
   if (m.window >= m.capacity) fail("implausible cache accepted");
+  if (o.rope) {
+    check_rope_accepted(rope, o.head_dim_qk);
+    m.rope = &rope;
+    // The cache keeps a copy of the frequencies (attngen.h): the caller's may go (NaN now).
+    rope.freq.poison();
+    // Keys rotated in f32 then rounded to a 16-bit cache: not bit for bit the model's rounding
+    // of the rotation in double; the dtype's bound.
+    if (m.dtype == ATTNGEN_F16 || m.dtype == ATTNGEN_BF16) m.approx = true;
+  }
   // A cache of very many layers is valid (its bookkeeping grows with the layers used, its storage
   // comes as untouched zero pages): too large for the harness's model, created and destroyed only.
   if (m.layers * m.batch > 4096) {
@@ -261,6 +298,7 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       c.before();
       const attngen_status s = note(attngen_kv_cache_append(
           in.chance(3) ? nullptr : cache, layer, &k.t, &v.t, counts.used ? &counts.g.t : nullptr));
+      if (m.rope) note_kind("append to a rope cache", s);
       c.after(s);
       if (s != ATTNGEN_OK) continue;
       if (layer < 0 || layer >= m.layers || B != m.batch)
@@ -313,6 +351,7 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       const bool null_opts = in.chance(6);
       const attngen_status s = note(attngen_decode(&q.t, in.chance(3) ? nullptr : cache, layer,
                                                    &out.t, null_opts ? nullptr : &d));
+      if (m.rope) note_kind("decode over a rope cache", s);
       c.after(s);
       if (s != ATTNGEN_OK) continue;
       if (null_opts) {
@@ -333,7 +372,8 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       if (wild) continue;
       std::vector<double> mag;
       const std::vector<double> want =
-          decode_reference(m, layer, q.dense(), B, t, Hq, cnt, d.scale, &mag);
+          decode_reference(m, layer, rotate_queries(m, layer, q.dense(), B, t, Hq, cnt), B, t, Hq,
+                           cnt, d.scale, &mag);
       Tolerance tol = m.tol();
       if (qdt != ATTNGEN_F32 || odt != ATTNGEN_F32) {
         const Tolerance& io = tolerance(qdt != ATTNGEN_F32 ? qdt : odt);
@@ -390,6 +430,7 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       if (aliased) c.inputs.clear();
       const attngen_status s =
           note(attngen_mha_decode(&x.t, &w, in.chance(3) ? nullptr : cache, layer, &y_t, &d));
+      if (m.rope) note_kind("mha_decode over a rope cache", s);
       c.after(s);
       if (s == ATTNGEN_ERROR_KERNEL) model_valid = false;  // the tokens may be appended
       if (s != ATTNGEN_OK) continue;
@@ -421,8 +462,10 @@ void fuzz_kv_cache(Input& in, Fill& fill) {
       model_append(m, layer, cnt, kr, vr);
       if (m.dtype != ATTNGEN_F32) m.approx = true;
       std::vector<double> attn_mag;
+      // Over a rope cache the projected k was rotated as appended, and q is rotated here.
       const std::vector<double> attn =
-          decode_reference(m, layer, qd, B, t, m.hkv, cnt, 0.0, &attn_mag);
+          decode_reference(m, layer, rotate_queries(m, layer, qd, B, t, m.hkv, cnt), B, t, m.hkv,
+                           cnt, 0.0, &attn_mag);
       const std::vector<double> bout = w.out_proj_bias ? out_b.dense() : std::vector<double>{};
       const std::vector<double> want =
           attngen::test::reference_linear(attn, B * t, E, out_w.dense(), E, bout);
