@@ -15,6 +15,7 @@
 #include "attngen/attngen.h"
 #include "tests/decode_tester.h"
 #include "tests/kv_dtype.h"
+#include "tests/plain_rope.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -113,12 +114,9 @@ TEST(RopeDecode, MhaDecodeRotates) {
   w_in.fill_random(rng, -0.3, 0.3);
   w_out.fill_random(rng, -0.3, 0.3);
   x.fill_random(rng, -1.0, 1.0);
-  std::vector<float> freq(at(D / 2));
-  ASSERT_EQ(attngen_rope_inv_freq(10000.0, D, freq.data()), ATTNGEN_OK);
-  const int64_t half = D / 2;
-  const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
-  attngen_rope rope = attngen_rope_default();
-  rope.inv_freq = &freq_t;
+  PlainRope plain(D);
+  const std::vector<float>& freq = plain.freq;
+  const attngen_rope& rope = plain.rope;
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   o.layers = 1;
   o.batch = B;
@@ -230,15 +228,12 @@ struct RopeCall {
     v.fill_random(rng, -1.0, 1.0);
     const int64_t r = rotary_dim ? rotary_dim : dim;
     const double base = std::uniform_real_distribution<double>(500.0, 20000.0)(rng);
-    std::vector<float> freq(at(r / 2));
-    ASSERT_EQ(attngen_rope_inv_freq(base, r, freq.data()), ATTNGEN_OK) << attngen_last_error();
+    PlainRope plain(r, base);
+    std::vector<float>& freq = plain.freq;
     const std::vector<double> freq_d(freq.begin(), freq.end());
-    const int64_t half = r / 2;
-    const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
-    attngen_rope rope = attngen_rope_default();
+    attngen_rope rope = plain.rope;
     rope.rotary_dim = rotary_dim;
     rope.pairs = pairs;
-    rope.inv_freq = &freq_t;
 
     std::vector<int32_t> lens(at(batch), static_cast<int32_t>(seq_kv));
     if (kv_len) {
@@ -386,12 +381,9 @@ TEST(RopeAttention, AgreesWithDecodeOverARopeCache) {
   q.fill_random(rng, -1.0, 1.0);
   k.fill_random(rng, -1.0, 1.0);
   v.fill_random(rng, -1.0, 1.0);
-  std::vector<float> freq(at(D / 2));
-  ASSERT_EQ(attngen_rope_inv_freq(10000.0, D, freq.data()), ATTNGEN_OK);
-  const int64_t half = D / 2;
-  const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
-  attngen_rope rope = attngen_rope_default();
-  rope.inv_freq = &freq_t;
+  PlainRope plain(D);
+  const std::vector<float>& freq = plain.freq;
+  const attngen_rope& rope = plain.rope;
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
   opt.rope = &rope;
@@ -434,12 +426,9 @@ TEST(RopeAttention, InAWorkspace) {
   Storage q({2, S, Hq, D}, 0), k({2, S, Hkv, D}, 0), v({2, S, Hkv, D}, 0);
   Storage heap({2, S, Hq, D}, 0), in_ws({2, S, Hq, D}, 0);
   for (Storage* t : {&q, &k, &v}) t->fill_random(rng, -1.0, 1.0);
-  std::vector<float> freq(at(D / 2));
-  ASSERT_EQ(attngen_rope_inv_freq(10000.0, D, freq.data()), ATTNGEN_OK);
-  const int64_t half = D / 2;
-  const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
-  attngen_rope rope = attngen_rope_default();
-  rope.inv_freq = &freq_t;
+  PlainRope plain(D);
+  const std::vector<float>& freq = plain.freq;
+  const attngen_rope& rope = plain.rope;
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
   opt.rope = &rope;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attngen/attngen.h"
+#include "tests/plain_rope.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -53,17 +54,13 @@ struct Varlen {
         attngen_tensor_contiguous(const_cast<int32_t*>(cu_q.data()), ATTNGEN_I32, 1, &nn);
     const attngen_tensor cu_k_t =
         attngen_tensor_contiguous(const_cast<int32_t*>(cu_k.data()), ATTNGEN_I32, 1, &nn);
-    std::vector<float> freq(at(dim / 2));
-    ASSERT_EQ(attngen_rope_inv_freq(10000.0, dim, freq.data()), ATTNGEN_OK);
-    const int64_t half = dim / 2;
-    const attngen_tensor freq_t = attngen_tensor_contiguous(freq.data(), ATTNGEN_F32, 1, &half);
-    attngen_rope r = attngen_rope_default();
-    r.inv_freq = &freq_t;
+    const PlainRope plain(dim);
+    const std::vector<float>& freq = plain.freq;
     attngen_attention_options opt = attngen_attention_options_default();
     opt.mask = causal ? ATTNGEN_MASK_CAUSAL : ATTNGEN_MASK_NONE;
     opt.pattern = pattern;
     opt.softcap = softcap;
-    if (rope) opt.rope = &r;
+    if (rope) opt.rope = &plain.rope;
     const attngen_status st = attngen_attention_varlen(&q.t(), &k.t(), &v.t(), &out.t(), &cu_q_t,
                                                        k_lengths.empty() ? nullptr : &cu_k_t, &opt);
     ASSERT_EQ(st, ATTNGEN_OK) << attngen_status_name(st) << ": " << attngen_last_error();
