@@ -433,13 +433,15 @@ TEST(RopeAttention, InAWorkspace) {
   opt.mask = ATTNGEN_MASK_CAUSAL;
   opt.rope = &rope;
   ASSERT_EQ(attngen_attention(&q.t, &k.t, &v.t, &heap.t, &opt), ATTNGEN_OK) << attngen_last_error();
-  size_t bytes = 0, plain = 0;
+  size_t bytes = 0, without_rope = 0;
   ASSERT_EQ(attngen_attention_workspace_size(&q.t, &k.t, &v.t, &in_ws.t, &opt, &bytes), ATTNGEN_OK)
       << attngen_last_error();
   opt.rope = nullptr;
-  ASSERT_EQ(attngen_attention_workspace_size(&q.t, &k.t, &v.t, &in_ws.t, &opt, &plain), ATTNGEN_OK);
+  ASSERT_EQ(attngen_attention_workspace_size(&q.t, &k.t, &v.t, &in_ws.t, &opt, &without_rope),
+            ATTNGEN_OK);
   opt.rope = &rope;
-  EXPECT_GE(bytes, plain + (q.buf.size() + k.buf.size()) * sizeof(float)) << "the copies counted";
+  EXPECT_GE(bytes, without_rope + (q.buf.size() + k.buf.size()) * sizeof(float))
+      << "the copies counted";
   std::vector<uint8_t> ws(bytes);
   ASSERT_EQ(attngen_set_workspace(ws.data(), bytes / 2), ATTNGEN_OK);
   EXPECT_EQ(attngen_attention(&q.t, &k.t, &v.t, &in_ws.t, &opt), ATTNGEN_ERROR_WORKSPACE);
