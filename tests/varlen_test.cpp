@@ -291,7 +291,7 @@ TEST_F(VarlenValidation, Shapes) {
                ATTNGEN_ERROR_RANK, "q");
   Storage k3({10, 3, 64}, 0), v3({10, 3, 64}, 0);
   expect_error(attngen_attention_varlen(&q.t, &k3.t, &v3.t, &out.t, &cu_t, nullptr, &opt),
-               ATTNGEN_ERROR_HEADS, "sequence 0");
+               ATTNGEN_ERROR_HEADS, "multiple of Hkv");
 }
 
 // In a workspace: its size query measures every sequence; too small is refused before any row is

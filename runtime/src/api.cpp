@@ -974,6 +974,12 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
       !check_dim(c, *out, os, 2, v->shape[2], "Dv of v")) {
     return finish(c, nullptr);
   }
+  if (q->shape[1] % k->shape[1] != 0) {  // (here too: no sequence's call may check it)
+    c.fail(ATTNGEN_ERROR_HEADS, "q has " + std::to_string(q->shape[1]) + " heads and k has " +
+                                    std::to_string(k->shape[1]) +
+                                    "; Hq must be a multiple of Hkv (grouped-query attention)");
+    return finish(c, nullptr);
+  }
   int64_t n = -1;
   if (cu_q == nullptr) {
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
