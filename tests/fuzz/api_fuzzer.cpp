@@ -19,9 +19,8 @@
 // kernels are being fixed for it).
 //
 // Exclusions of known, not yet fixed bugs are marked KNOWN(issue17-N) (guarded by excluded(N)):
-// remove when fixed. One is open, KNOWN(issue17-15) (attention_calls.cpp, varlen: options not
-// validated where no sequence runs; regressions/known15-*); every other one found so far is fixed
-// and replayed as tests/fuzz/regressions/fixed<N>-*.
+// remove when fixed. None is open: every one found so far is fixed and replayed as
+// tests/fuzz/regressions/fixed<N>-*.
 //
 // The harness by responsibility: fuzz_input.h (decoding the input's bytes), guarded_tensor.h
 // (tensors between guard pages, their fills), oracle.h (findings, statistics and the checks of a

@@ -26,7 +26,7 @@ def with_bytes(head, at, length):
 attention_d64 = [1, 9, 9, 9, 9] + [1, 12, 16, 1, 1, 0, 12]
 # Varlen, 4 sequences of q/k rows 6/11, 0/5, 8/0, 2/3, Hq4 Hkv2 D64, causal (byte 62); the rope's
 # chance at 66 (full rotary dims, interleaved at 69), the size query's at 85.
-varlen = [129, 3, 3, 3, 3] + [3, 0, 1, 1, 0, 12, 0] + [45, 50, 0, 44, 47, 0, 41, 42]
+varlen = [129, 3, 3, 3, 3] + [3, 0, 1, 1, 0, 12, 0] + [5, 10, 216, 4, 7, 216, 1, 2]
 # KV cache with a rope (byte 17): 1 layer, B2, Hkv2, D64, capacity 16, F32; then 5 operations:
 # append 4 tokens (byte 37), decode 1 (53), append 1 (74), decode 2 (90), MHA decode 1 (111).
 kv_rope = [4, 2, 2, 2, 2] + [0, 0, 1, 1, 12, 0, 12, 15, 0, 0, 0, 0, 255] + [0] * 18 + [4]
