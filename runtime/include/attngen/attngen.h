@@ -277,10 +277,10 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
  * cu_seqlens_q, I32 [n + 1] with 0 = cu[0] <= cu[1] <= ... <= cu[n] = Tq, puts the queries of
  * sequence i in rows cu_seqlens_q[i] .. cu_seqlens_q[i + 1] - 1, and cu_seqlens_k likewise its
  * keys and values (NULL: cu_seqlens_q, packed prompts attending to themselves). Sequence i is one
- * attngen_attention() of its rows with the options: causal (bottom-right: the last query
- * against the last key, FlashAttention's convention where a sequence has more keys than
- * queries), scale, soft cap, a pattern (not block-sparse), a rope (positions from 0 in each
- * sequence), `kernel`; the options that take tensors shaped by the batch (kv_len, mask_tensor,
+ * attngen_attention() of its rows with the options: causal and the alignment within the
+ * sequence (bottom-right by default: the last query against the last key, FlashAttention's
+ * convention where a sequence has more keys than queries), scale, soft cap, a pattern (not
+ * block-sparse), a rope (positions from 0 in each sequence), `kernel`; the options that take tensors shaped by the batch (kv_len, mask_tensor,
  * weights, lse, q_positions, k_positions, modifier) are ATTNGEN_ERROR_INVALID_ARGUMENT here.
  * Sequences of no queries take no time; the queries of a sequence of no keys are rows of zeros.
  * Everything is validated before anything is written; a kernel that fails on sequence i (or a
