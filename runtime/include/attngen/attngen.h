@@ -280,12 +280,12 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
  * attngen_attention() of its rows with the options: causal and the alignment within the
  * sequence (bottom-right by default: the last query against the last key, FlashAttention's
  * convention where a sequence has more keys than queries), scale, soft cap, a pattern (not
- * block-sparse), a rope (positions from 0 in each sequence), `kernel`; the options that take tensors shaped by the batch (kv_len, mask_tensor,
- * weights, lse, q_positions, k_positions, modifier) are ATTNGEN_ERROR_INVALID_ARGUMENT here.
- * Sequences of no queries take no time; the queries of a sequence of no keys are rows of zeros.
- * Everything is validated before anything is written; a kernel that fails on sequence i (or a
- * workspace that a size query with other cu_seqlens measured) leaves the rows of the sequences
- * before it written. */
+ * block-sparse), a rope (positions from 0 in each sequence), `kernel`; the options that take
+ * tensors shaped by the batch (kv_len, mask_tensor, weights, lse, q_positions, k_positions,
+ * modifier) are ATTNGEN_ERROR_INVALID_ARGUMENT here. Sequences of no queries take no time; the
+ * queries of a sequence of no keys are rows of zeros. Everything is validated before anything is
+ * written; a kernel that fails on sequence i (or a workspace that a size query with other
+ * cu_seqlens measured) leaves the rows of the sequences before it written. */
 attngen_status attngen_attention_varlen(const attngen_tensor* q, const attngen_tensor* k,
                                         const attngen_tensor* v, attngen_tensor* out,
                                         const attngen_tensor* cu_seqlens_q,
