@@ -222,7 +222,8 @@ attngen_rope attngen_rope_default(void);
 
 /* The inverse frequencies of plain RoPE, freq[i] = base^(-2i / rotary_dim) for i < rotary_dim /
  * 2 (computed in double), into freq[0 .. rotary_dim / 2). ATTNGEN_ERROR_NULL_POINTER, or
- * ATTNGEN_ERROR_INVALID_ARGUMENT for an odd rotary_dim < 2 or a base that is not finite and > 1. */
+ * ATTNGEN_ERROR_INVALID_ARGUMENT for a rotary_dim that is odd or below 2, or a base that is not
+ * a finite number above 1. */
 attngen_status attngen_rope_inv_freq(double base, int64_t rotary_dim, float* freq);
 
 typedef struct attngen_attention_options {
