@@ -445,9 +445,8 @@ bool prepare_rope(Check& c, CallScratch& scratch, AttentionCall& call) {
     }
     return true;
   }
-  int64_t dim = 0;
-  attngen_rope_pairs pairs = ATTNGEN_ROPE_HALF;
-  if (!check_rope(c, opt.rope, call.dqk, "options.rope", &dim, &pairs)) return false;
+  attngen_rope r;
+  if (!check_rope(c, opt.rope, call.dqk, "options.rope", &r)) return false;
   const TensorSpec qs{"q_positions", ATTNGEN_I32, 2, kQPositionDims};
   const TensorSpec ks{"k_positions", ATTNGEN_I32, 2, kKPositionDims};
   if ((opt.q_positions != nullptr &&
@@ -460,12 +459,11 @@ bool prepare_rope(Check& c, CallScratch& scratch, AttentionCall& call) {
         !check_dim(c, *opt.k_positions, ks, 1, call.seq_kv, "Skv of k")))) {
     return false;
   }
-  attngen_rope r = attngen_rope_default();
-  read_options(c, opt.rope, "options.rope", &r);  // checked above
-  float* freq = scratch.array<float>(c, static_cast<size_t>(dim / 2), "the rope's frequencies");
+  float* freq =
+      scratch.array<float>(c, static_cast<size_t>(r.rotary_dim / 2), "the rope's frequencies");
   if (freq == nullptr) return false;
-  copy_inv_freq(r, dim, freq);
-  call.rope = RopeView{dim, pairs, freq};
+  copy_inv_freq(r, freq);
+  call.rope = RopeView{r.rotary_dim, r.pairs, freq};
   return true;
 }
 
@@ -817,10 +815,9 @@ void run_attention(Check& c, CallScratch& scratch, AttentionCall& call,
 }
 
 // Runs a validated call on its chosen kernel (in kSize: measures it, writing nothing); with a
-// rope, q and k rotated into scratch of their dtype first (then staged like the call's own). A
-// pass over the whole of q and k, split among the threads: rotating a few heads at a time and
-// running the kernel on those while their copies were in cache was slower (bench/RESULTS.md,
-// "RoPE").
+// rope, q and k rotated into scratch of their dtype first (then staged like the call's own), in
+// one pass over the whole of each, split among the threads (bench/RESULTS.md, "RoPE", has its
+// cost).
 void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
                        const KernelChoice& choice) {
   if (!call.rope) {
@@ -954,12 +951,11 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
   const TensorSpec qs{"q", ATTNGEN_F32, 3, kPackedQDims, false, /*floating=*/true};
   if (!check_tensor(c, q, qs)) return finish(c, nullptr);
   // The options themselves, once: a call whose sequences all lack keys (or queries) validates no
-  // sequence's call (found by the fuzzer: a NaN scale accepted).
-  int64_t rope_dim = 0;
-  attngen_rope_pairs rope_pairs = ATTNGEN_ROPE_HALF;
+  // sequence's call.
+  attngen_rope rope;
   HalideView no_layout;
   if (!check_scalar_options(c, opt) || !prepare_pattern(c, opt.pattern, 1, 1, no_layout) ||
-      !check_rope(c, opt.rope, q->shape[2], "options.rope", &rope_dim, &rope_pairs)) {
+      !check_rope(c, opt.rope, q->shape[2], "options.rope", &rope)) {
     return finish(c, nullptr);
   }
   const TensorSpec ks{"k", q->dtype, 3, kPackedKDims, false, false, "q"};

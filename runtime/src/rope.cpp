@@ -15,10 +15,10 @@ const char* const kFreqDims[] = {"r / 2"};
 }  // namespace
 
 bool check_rope(Check& c, const attngen_rope* rope, int64_t head_dim, const char* name,
-                int64_t* dim, attngen_rope_pairs* pairs) {
-  *dim = 0;
+                attngen_rope* read) {
+  *read = attngen_rope_default();
   if (rope == nullptr) return true;
-  attngen_rope r = attngen_rope_default();
+  attngen_rope& r = *read;
   if (!read_options(c, rope, name, &r)) return false;
   const std::string who(name);
   const int32_t kind = enum_value(r.pairs);
@@ -48,25 +48,27 @@ bool check_rope(Check& c, const attngen_rope* rope, int64_t head_dim, const char
                     freq_name + "[" + std::to_string(i) + "] is not finite");
     }
   }
-  *dim = n;
-  *pairs = static_cast<attngen_rope_pairs>(kind);
+  r.rotary_dim = n;
   return true;
 }
 
-void copy_inv_freq(const attngen_rope& rope, int64_t dim, float* freq) {
+void copy_inv_freq(const attngen_rope& rope, float* freq) {
   const auto* data = static_cast<const float*>(rope.inv_freq->data);
-  for (int64_t i = 0; i < dim / 2; ++i) freq[i] = data[i * rope.inv_freq->strides[0]];
+  for (int64_t i = 0; i < rope.rotary_dim / 2; ++i) freq[i] = data[i * rope.inv_freq->strides[0]];
 }
 
 bool KeptRope::keep(Check& c, const attngen_rope* rope, int64_t head_dim, const char* name) {
-  if (!check_rope(c, rope, head_dim, name, &dim, &pairs)) return false;
+  attngen_rope r;
+  if (!check_rope(c, rope, head_dim, name, &r)) return false;
+  dim = r.rotary_dim;
+  pairs = r.pairs;
   if (dim == 0) return true;
   try {
     inv_freq.resize(static_cast<size_t>(dim / 2));
   } catch (const std::bad_alloc&) {
     return c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, std::string("cannot copy ") + name + ".inv_freq");
   }
-  copy_inv_freq(*rope, dim, inv_freq.data());
+  copy_inv_freq(r, inv_freq.data());
   return true;
 }
 

@@ -22,12 +22,12 @@ struct RopeView {
 
 // Checks `rope` (`name` in messages, e.g. "options.rope") for vectors of head_dim elements: its
 // struct_size, rotary_dim (even, 2 .. head_dim; 0: head_dim), pairs, and inv_freq (F32 [r / 2],
-// finite). Sets *dim and *pairs; nothing is read past the checks.
+// finite). *read is the rope as read (the ABI rule), its rotary_dim resolved; 0 for no rope.
 bool check_rope(Check& c, const attngen_rope* rope, int64_t head_dim, const char* name,
-                int64_t* dim, attngen_rope_pairs* pairs);
+                attngen_rope* read);
 
-// A checked rope's frequencies (dim / 2 of them) into freq.
-void copy_inv_freq(const attngen_rope& rope, int64_t dim, float* freq);
+// A checked rope's frequencies (rotary_dim / 2 of them) into freq.
+void copy_inv_freq(const attngen_rope& rope, float* freq);
 
 // A rope kept beyond the call that gave it (a KV cache, a plan): its own copy of the frequencies.
 struct KeptRope {
