@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -316,8 +317,21 @@ void AttentionTester::add_modifier(Call& c, const attngen_kernel_info* kernel,
     c.modifier.scalars[1] = reach;
     const std::vector<double> table = c.mod_floats.dense();
     const int64_t hq = hq_;
+    // Each relative position's bucket computed once (its long double logs are most of a
+    // reference's time, and under qemu emulated in software); rel = j - p lies within
+    // +-(Sq + Skv).
+    const int64_t span = sq_ + skv_;
+    auto bucket_of = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(2 * span + 1), -1);
     c.ref.score_mod = [=](double x, int64_t, int64_t h, int64_t p, int64_t j) {
-      const int64_t bucket = reference_t5_bucket(j - p, bidirectional, buckets, reach);
+      const int64_t rel = j - p;
+      int64_t bucket = -1;
+      if (rel >= -span && rel <= span) {
+        int64_t& known = (*bucket_of)[static_cast<size_t>(rel + span)];
+        if (known < 0) known = reference_t5_bucket(rel, bidirectional, buckets, reach);
+        bucket = known;
+      } else {
+        bucket = reference_t5_bucket(rel, bidirectional, buckets, reach);
+      }
       return x + table[static_cast<size_t>(bucket * hq + h)];
     };
     return;

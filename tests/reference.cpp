@@ -29,12 +29,26 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
   if (p.magnitude) p.magnitude->assign(out.size(), 0.0);
   std::vector<double> s(static_cast<size_t>(Skv));
   std::vector<bool> attend(static_cast<size_t>(Skv));
+  // The inputs read once into contiguous float64 rows: a kv head's keys and values per
+  // (sequence, kv head), a query's row per (sequence, head, row). The sums below run in the same
+  // order as over the accessors (d, then j, ascending), so the results do not depend on it; only
+  // the accessors' per-element cost goes (most of a test's time under qemu).
+  std::vector<double> kh(static_cast<size_t>(Skv * Dqk)), vh(static_cast<size_t>(Skv * Dv));
+  std::vector<double> qrow(static_cast<size_t>(Dqk)), acc(static_cast<size_t>(Dv)),
+      mag(static_cast<size_t>(Dv));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = p.kv_len.empty() ? Skv : p.kv_len[static_cast<size_t>(b)];
     const int64_t offset = p.bottom_right ? len - Sq : 0;
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / group;
+      if (h % group == 0) {
+        for (int64_t j = 0; j < Skv; ++j) {
+          for (int64_t d = 0; d < Dqk; ++d) kh[static_cast<size_t>(j * Dqk + d)] = k(b, j, hk, d);
+          for (int64_t d = 0; d < Dv; ++d) vh[static_cast<size_t>(j * Dv + d)] = v(b, j, hk, d);
+        }
+      }
       for (int64_t i = 0; i < Sq; ++i) {
+        for (int64_t d = 0; d < Dqk; ++d) qrow[static_cast<size_t>(d)] = q(b, i, h, d);
         double m = ninf;
         bool any = false, nan = false;
         for (int64_t j = 0; j < Skv; ++j) {
@@ -48,8 +62,9 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
           if (p.add && p.add(b, h, i, j) <= kAdditiveMaskBelow) ok = false;
           attend[static_cast<size_t>(j)] = ok;
           if (!ok) continue;
+          const double* kj = &kh[static_cast<size_t>(j * Dqk)];
           double dot = 0.0;
-          for (int64_t d = 0; d < Dqk; ++d) dot += q(b, i, h, d) * k(b, j, hk, d);
+          for (int64_t d = 0; d < Dqk; ++d) dot += qrow[static_cast<size_t>(d)] * kj[d];
           double x = dot * scale;
           if (p.softcap > 0.0) x = p.softcap * std::tanh(x / p.softcap);
           if (p.score_mod) x = p.score_mod(x, b, h, offset + i, j);
@@ -83,20 +98,23 @@ std::vector<double> attention(const Sizes& n, const Q& q, const K& k, const V& v
             (*p.weights)[static_cast<size_t>(row * Skv + j)] = s[static_cast<size_t>(j)] / sum;
           }
         }
-        for (int64_t d = 0; d < Dv; ++d) {
-          double acc = 0.0, mag = 0.0;
-          for (int64_t j = 0; j < Skv; ++j) {
-            // Keys not attended, and keys whose weight is exactly 0 (score -inf), add nothing,
-            // whatever V holds there (docs/semantics.md).
-            if (attend[static_cast<size_t>(j)] && s[static_cast<size_t>(j)] != 0.0) {
-              const double x = v(b, j, hk, d);
-              acc += s[static_cast<size_t>(j)] * x;
-              mag += s[static_cast<size_t>(j)] * std::abs(x);
-            }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        std::fill(mag.begin(), mag.end(), 0.0);
+        for (int64_t j = 0; j < Skv; ++j) {
+          // Keys not attended, and keys whose weight is exactly 0 (score -inf), add nothing,
+          // whatever V holds there (docs/semantics.md).
+          const double w = s[static_cast<size_t>(j)];
+          if (!attend[static_cast<size_t>(j)] || w == 0.0) continue;
+          const double* vj = &vh[static_cast<size_t>(j * Dv)];
+          for (int64_t d = 0; d < Dv; ++d) {
+            acc[static_cast<size_t>(d)] += w * vj[d];
+            mag[static_cast<size_t>(d)] += w * std::abs(vj[d]);
           }
+        }
+        for (int64_t d = 0; d < Dv; ++d) {
           const size_t o = static_cast<size_t>(((b * Sq + i) * Hq + h) * Dv + d);
-          out[o] = acc / sum;
-          if (p.magnitude) (*p.magnitude)[o] = mag / sum;
+          out[o] = acc[static_cast<size_t>(d)] / sum;
+          if (p.magnitude) (*p.magnitude)[o] = mag[static_cast<size_t>(d)] / sum;
         }
       }
     }
