@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attngen/attngen.h"
+#include "attngen/kernel.h"
 #include "tests/reference.h"
 #include "tests/tensor.h"
 
@@ -363,6 +364,27 @@ TEST(Workspace, Attention) {
       if (threads <= kMaxThreads) run_attention_case(a, threads);
     }
   }
+}
+
+// Kernels registered at run time (an app's own, examples/embedded) are scanned with the built-in
+// ones at every selection: a call in a workspace still allocates nothing. The registered one is a
+// copy of a built-in linear kernel under another name, so that later tests of this process get
+// what they would without it.
+TEST(Workspace, AfterAKernelIsRegistered) {
+  const attngen_kernel_info* real = nullptr;
+  for (size_t i = 0; i < attngen_kernel_count() && real == nullptr; ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_LINEAR && attngen_kernel_supported(k)) real = k;
+  }
+  if (real == nullptr) GTEST_SKIP() << "no linear kernel this machine runs";
+  static attngen_kernel_info copy;
+  copy = *real;
+  copy.name = "test_registered_linear_copy";
+  if (attngen_find_kernel(copy.name) == nullptr) {
+    ASSERT_EQ(attngen_register_kernel(&copy), ATTNGEN_OK) << attngen_last_error();
+  }
+  run_attention_case({"dense"}, 1);
+  run_attention_case({"bf16 generic", ATTNGEN_BF16, 1, 23, 31, 2, 2, 96}, 1);
 }
 
 TEST(Workspace, RefusesConfigurationsNotQueried) {

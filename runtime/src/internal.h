@@ -174,14 +174,15 @@ struct KernelQuery {
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name);
 
 // The dispatch table as it is now: the kernels added by attngen_register_kernel (usually none),
-// then the built-in ones, read under the registry's lock once. The runtime's scans of the kernels
+// then the built-in ones, their count read under the registry's lock once and nothing copied (a
+// call in a workspace allocates nothing; registry.cpp). The runtime's scans of the kernels
 // go through it (a scan through attngen_kernel_at locks once per kernel: 368 times a call with
 // CI's x86 build, a decode call over 16 cached positions 34 -> 31 us: bench/RESULTS.md, "An I8
 // cache's scales by group").
 struct KernelList {
-  std::vector<const attngen_kernel_info*> added;
+  size_t added = 0;
   size_t builtins = 0;
-  size_t size() const { return added.size() + builtins; }
+  size_t size() const { return added + builtins; }
   const attngen_kernel_info* operator[](size_t i) const;
 };
 KernelList kernel_list();

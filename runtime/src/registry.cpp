@@ -6,8 +6,8 @@
 #endif
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <string>
-#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/targets.h"
@@ -24,9 +24,23 @@ Mutex& registry_mutex() {
   return m;
 }
 
-std::vector<const attngen_kernel_info*>& registered() {
-  static std::vector<const attngen_kernel_info*> kernels;
-  return kernels;
+// The kernels registered at run time, append-only in chunks that never move: a kernel list is
+// their count, read under the registry's lock, and the entries below it are read without the lock
+// and without a copy, so that selecting a kernel allocates nothing (a call in a workspace may
+// not) also in a process that registered kernels.
+constexpr size_t kRegisteredChunk = 64;
+constexpr size_t kRegisteredChunks = 1024;  // at most 65536 registered kernels
+struct Registered {
+  const attngen_kernel_info** chunks[kRegisteredChunks] = {};
+  size_t count = 0;  // written under the lock
+  const attngen_kernel_info* at(size_t i) const {
+    return chunks[i / kRegisteredChunk][i % kRegisteredChunk];
+  }
+};
+
+Registered& registered() {
+  static Registered r;
+  return r;
 }
 
 // The built-in kernels (a null-terminated array fixed at link time), counted once: every call's
@@ -342,12 +356,12 @@ Choices& choices() {
 }  // namespace
 
 const attngen_kernel_info* KernelList::operator[](size_t i) const {
-  return i < added.size() ? added[i] : attngen_builtin_kernels[i - added.size()];
+  return i < added ? registered().at(i) : attngen_builtin_kernels[i - added];
 }
 
 KernelList kernel_list() {
   std::lock_guard<Mutex> lock(registry_mutex());
-  return KernelList{registered(), builtin_count()};
+  return KernelList{registered().count, builtin_count()};
 }
 
 const attngen_kernel_info* select_kernel(Check& c, const KernelQuery& query, const char* name) {
@@ -573,14 +587,35 @@ attngen_status attngen_register_kernel(const attngen_kernel_info* kernel) {
       }
     }
   }
-  if (attngen_find_kernel(kernel->name) != nullptr) {
-    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-           std::string("a kernel named '") + kernel->name + "' is already registered");
-    return attngen::rt::finish(c, nullptr);
-  }
   {
+    // The name's check and the append under one lock: two threads registering one name cannot
+    // both succeed.
     std::lock_guard<attngen::rt::Mutex> lock(attngen::rt::registry_mutex());
-    attngen::rt::registered().push_back(kernel);
+    attngen::rt::Registered& r = attngen::rt::registered();
+    const attngen::rt::KernelList kernels{r.count, attngen::rt::builtin_count()};
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      if (!std::strcmp(kernels[i]->name, kernel->name)) {
+        c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+               std::string("a kernel named '") + kernel->name + "' is already registered");
+        return attngen::rt::finish(c, nullptr);
+      }
+    }
+    const size_t chunk = r.count / attngen::rt::kRegisteredChunk;
+    if (chunk >= attngen::rt::kRegisteredChunks) {
+      c.fail(ATTNGEN_ERROR_TOO_LARGE,
+             "the registry holds " + std::to_string(r.count) + " kernels, the most it can");
+      return attngen::rt::finish(c, nullptr);
+    }
+    if (r.chunks[chunk] == nullptr) {
+      r.chunks[chunk] =
+          new (std::nothrow) const attngen_kernel_info*[attngen::rt::kRegisteredChunk];
+      if (r.chunks[chunk] == nullptr) {
+        c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "no memory for the registry's next entries");
+        return attngen::rt::finish(c, nullptr);
+      }
+    }
+    r.chunks[chunk][r.count % attngen::rt::kRegisteredChunk] = kernel;
+    ++r.count;
     attngen::rt::g_registry_generation.fetch_add(1, std::memory_order_acq_rel);
   }
   return attngen::rt::finish(c, nullptr);
