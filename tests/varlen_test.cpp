@@ -313,5 +313,57 @@ TEST_F(VarlenValidation, Workspace) {
   EXPECT_EQ(std::memcmp(heap.buf.data(), out.buf.data(), out.buf.size() * 4), 0);
 }
 
+// With a rope the rotated copies of each sequence's q and k come from the workspace too (checked
+// for every sequence first, then taken again by its run): the same rows as without a workspace,
+// and in half the size an error with nothing written.
+TEST_F(VarlenValidation, WorkspaceWithRope) {
+  const PlainRope plain(64);
+  opt.rope = &plain.rope;
+  opt.mask = ATTNGEN_MASK_CAUSAL;
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_attention_varlen_workspace_size(&q.t, &k.t, &v.t, &out.t, &cu_t, nullptr, &opt,
+                                                    &bytes),
+            ATTNGEN_OK)
+      << attngen_last_error();
+  Storage heap({10, 4, 64}, 0);
+  ASSERT_EQ(attngen_attention_varlen(&q.t, &k.t, &v.t, &heap.t, &cu_t, nullptr, &opt), ATTNGEN_OK)
+      << attngen_last_error();
+  for (const size_t size : {bytes / 2, bytes}) {
+    SCOPED_TRACE("workspace of " + std::to_string(size) + " of " + std::to_string(bytes));
+    std::vector<uint8_t> ws(size);
+    ASSERT_EQ(attngen_set_workspace(ws.data(), size), ATTNGEN_OK);
+    const attngen_status st = call();
+    const std::string error = attngen_last_error();
+    ASSERT_EQ(attngen_set_workspace(nullptr, 0), ATTNGEN_OK);
+    if (size < bytes) {
+      EXPECT_EQ(st, ATTNGEN_ERROR_WORKSPACE) << attngen_status_name(st) << ": " << error;
+      EXPECT_TRUE(out.all_poison()) << "output written on error";
+    } else {
+      ASSERT_EQ(st, ATTNGEN_OK) << error;
+      EXPECT_EQ(std::memcmp(heap.buf.data(), out.buf.data(), out.buf.size() * 4), 0);
+    }
+  }
+}
+
+// In a workspace whose size query measured other cu_seqlens: every sequence's run is checked
+// before the first runs, so a configuration the query did not measure (here the second and third
+// sequences' lengths) is refused with nothing written, also where an earlier sequence's would run.
+TEST_F(VarlenValidation, WorkspaceOfOtherSequences) {
+  size_t bytes = 0;
+  ASSERT_EQ(attngen_attention_varlen_workspace_size(&q.t, &k.t, &v.t, &out.t, &cu_t, nullptr, &opt,
+                                                    &bytes),
+            ATTNGEN_OK)
+      << attngen_last_error();
+  cu = {0, 3, 5, 10};  // the first sequence as measured, then 2 and 5 rows
+  std::vector<uint8_t> ws(4 * bytes);
+  ASSERT_EQ(attngen_set_workspace(ws.data(), ws.size()), ATTNGEN_OK);
+  const attngen_status st = call();
+  const std::string error = attngen_last_error();
+  ASSERT_EQ(attngen_set_workspace(nullptr, 0), ATTNGEN_OK);
+  EXPECT_EQ(st, ATTNGEN_ERROR_WORKSPACE) << attngen_status_name(st) << ": " << error;
+  EXPECT_NE(error.find("sequence 1"), std::string::npos) << error;
+  EXPECT_TRUE(out.all_poison()) << "output written on error";
+}
+
 }  // namespace
 }  // namespace attngen::test

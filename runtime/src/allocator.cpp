@@ -537,7 +537,7 @@ bool measure_kernel(Check& c, const attngen_kernel_info& kernel, const attngen_k
 
 CallScratch::CallScratch(CallMode mode) : mode_(mode), previous_(t_scratch) {
   t_scratch = this;
-  if (mode_ != CallMode::kRun || t_workspace == nullptr) return;
+  if (mode_ == CallMode::kSize || t_workspace == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(t_workspace);
   const uintptr_t aligned =
       (p + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;

@@ -291,6 +291,10 @@ attngen_status run_kernel(Check& c, const attngen_kernel_info* kernel,
     }
     return c.status();
   }
+  if (scratch != nullptr && scratch->checking()) {  // the checks of a run in its workspace only
+    precheck_kernel(c, kernel, args);
+    return c.status();
+  }
   CallContext ctx;
   int result;
   bool overflow = false;
@@ -829,7 +833,7 @@ void execute_attention(Check& c, CallScratch& scratch, AttentionCall& call,
       !k_roped.take(c, scratch, call.rope, *call.k, "the rotated k")) {
     return;
   }
-  if (!scratch.sizing()) {  // a size query does not read the data
+  if (!scratch.sizing() && !scratch.checking()) {  // the rotation only where the kernel runs
     const attngen_attention_options& opt = call.opt;
     const bool top_left = opt.alignment == ATTNGEN_ALIGN_TOP_LEFT;
     const int64_t seq_q = call.seq_q;
@@ -1021,6 +1025,21 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
       return finish(c, nullptr);
     }
     kernel = choice.kernel;
+  }
+  // In a workspace, every sequence's run checked in it before the first runs: a size query of
+  // other cu_seqlens may not have measured this call's configurations.
+  size_t bound_bytes = 0;
+  if (mode == CallMode::kRun && bound_workspace(&bound_bytes) != nullptr) {
+    for (int64_t i = 0; i < n; ++i) {
+      attngen_tensor sq, sk, sv, so;
+      sequence(i, &sq, &sk, &sv, &so);
+      if (sq.shape[1] == 0 || sk.shape[1] == 0) continue;
+      const attngen_status st = attention(CallMode::kCheck, &sq, &sk, &sv, &so, &opt, nullptr);
+      if (st != ATTNGEN_OK) {
+        c.fail(st, "sequence " + std::to_string(i) + ": " + attngen_last_error());
+        return finish(c, nullptr);
+      }
+    }
   }
   size_t most = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -127,7 +127,7 @@ bool F32Staging::output(Check& c, const attngen_tensor& t, const char* name, att
 
 void F32Staging::commit() {
   const CallScratch* call = CallScratch::current();
-  if (call != nullptr && call->sizing()) return;  // a size query writes no output
+  if (call != nullptr && (call->sizing() || call->checking())) return;  // no output written
   for (int i = 0; i < count_; ++i) {
     const Staged& s = staged_[i];
     if (!s.output) continue;

@@ -123,7 +123,11 @@ class ActiveContext {
   int index_;
 };
 
-enum class CallMode { kRun, kSize };
+// kRun: the call itself. kSize: its workspace size query. kCheck: a run's checks in its bound
+// workspace, nothing run or written (its runtime buffers taken there as a run takes them, each
+// kernel's measured need checked against the rest; outputs untouched): what a call made of several
+// runs (a packed call's sequences) does for each before the first runs.
+enum class CallMode { kRun, kSize, kCheck };
 
 // The scratch of one C API call: runtime buffers (key padding, zero biases, F32 staging, ...) and
 // the area its kernels run in. In kRun with a workspace bound on the thread, everything comes
@@ -139,7 +143,8 @@ class CallScratch {
   CallScratch& operator=(const CallScratch&) = delete;
 
   bool sizing() const { return mode_ == CallMode::kSize; }
-  bool in_workspace() const { return mode_ == CallMode::kRun && base_ != nullptr; }
+  bool checking() const { return mode_ == CallMode::kCheck; }
+  bool in_workspace() const { return mode_ != CallMode::kSize && base_ != nullptr; }
 
   // A runtime buffer of `bytes`, 64-byte aligned, living until the call returns; nullptr (and c
   // says why, naming `what`) if the workspace cannot hold it or the heap is out of memory.

@@ -285,8 +285,9 @@ attngen_status attngen_attention(const attngen_tensor* q, const attngen_tensor* 
  * tensors shaped by the batch (kv_len, mask_tensor, weights, lse, q_positions, k_positions,
  * modifier) are ATTNGEN_ERROR_INVALID_ARGUMENT here. Sequences of no queries take no time; the
  * queries of a sequence of no keys are rows of zeros. Everything is validated before anything is
- * written; a kernel that fails on sequence i (or a workspace that a size query with other
- * cu_seqlens measured) leaves the rows of the sequences before it written. */
+ * written, in a bound workspace every sequence's run too (one a size query with other cu_seqlens
+ * did not measure is ATTNGEN_ERROR_WORKSPACE, nothing written); a kernel that fails on sequence i
+ * leaves the rows of the sequences before it written. */
 attngen_status attngen_attention_varlen(const attngen_tensor* q, const attngen_tensor* k,
                                         const attngen_tensor* v, attngen_tensor* out,
                                         const attngen_tensor* cu_seqlens_q,
