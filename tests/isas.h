@@ -12,7 +12,8 @@
 
 namespace attngen::test {
 
-inline std::vector<std::string> runnable_cpu_isas() {
+// Those with a kernel of `op` where one is given.
+inline std::vector<std::string> runnable_cpu_isas(const attngen_op* op = nullptr) {
   std::vector<std::string> out;
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
@@ -20,7 +21,7 @@ inline std::vector<std::string> runnable_cpu_isas() {
     // Kernels a test registered (named test_*, e.g. a linear kernel under the generic row in
     // DtypeConversion.Linear) stay registered for the rest of the process: they do not make an
     // ISA that has no kernels of its own one of the machine's.
-    if (std::string(k->name).rfind("test_", 0) == 0) continue;
+    if (std::string(k->name).rfind("test_", 0) == 0 || (op != nullptr && k->op != *op)) continue;
     if (isa == "cuda" || std::find(out.begin(), out.end(), isa) != out.end()) continue;
     if (attngen_set_isa(isa.c_str()) == ATTNGEN_OK) out.push_back(isa);
   }

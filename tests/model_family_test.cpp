@@ -22,6 +22,7 @@
 #include "attngen/attngen.h"
 #include "tests/attention_tester.h"
 #include "tests/decode_tester.h"
+#include "tests/isas.h"
 #include "tests/tensor.h"
 
 namespace attngen::test {
@@ -366,28 +367,13 @@ std::string row_name(const ::testing::TestParamInfo<Family>& info) { return info
 // How gtest names a row in its failure list (instead of the struct's bytes).
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name << " (" << f.config << ")"; }
 
-// The CPU ISAs this machine runs that kernels of `op` were built for (x86: each of AVX-512, AVX2,
-// SSE4.1 the CPU has; aarch64: NEON): every row runs on each, with automatic dispatch within
-// it. (Per op, and not "generic": tests elsewhere in the binary register kernels of their own
-// under that ISA, which would serve the rows when run in the same process.)
-std::vector<std::string> cpu_isas(attngen_op op) {
-  std::vector<std::string> isas;
-  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
-    const attngen_kernel_info* k = attngen_kernel_at(i);
-    if (k->op != op || !attngen_kernel_supported(k) || !std::strcmp(k->isa, "cuda") ||
-        !std::strcmp(k->isa, "generic")) {
-      continue;
-    }
-    if (std::find(isas.begin(), isas.end(), k->isa) == isas.end()) isas.push_back(k->isa);
-  }
-  return isas;
-}
-
-// Runs `test` once per CPU ISA, dispatch restricted to it (attngen_set_isa), and records which
-// kernel served the row on each (a property of the test: --gtest_output=xml shows it).
+// Runs `test` once per CPU ISA this machine runs that kernels of `op` were built for (x86: each
+// of AVX-512, AVX2, SSE4.1 the CPU has; aarch64: NEON; tests/isas.h), dispatch restricted to it
+// (attngen_set_isa), and records which kernel served the row on each (a property of the test:
+// --gtest_output=xml shows it).
 template <typename Run>
 void on_each_isa(attngen_op op, const Run& test) {
-  for (const std::string& isa : cpu_isas(op)) {
+  for (const std::string& isa : runnable_cpu_isas(&op)) {
     SCOPED_TRACE("ISA " + isa);
     ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
     test();
