@@ -12,9 +12,9 @@ cmake --preset gpu-opencl
 cmake --build --preset gpu-opencl --target attngen_tests
 build=build/gpu-opencl
 # PoCL compiles each kernel once into its cache: keep that in the build tree. Compiling them is
-# most of a first run (177 s of 183 on 2 cores, against 44 s warm), one kernel at a time in a
-# process: the kernels are dealt out to one process per core, each running every case of its
-# kernels (a kernel's cases in two processes would compile it twice).
+# most of a first run, one kernel at a time in a process, so the kernels are dealt out to one
+# process per core, each running every case of its kernels (a kernel's cases in two processes
+# would compile it twice; bench/RESULTS.md, "CI's time back to 35 minutes").
 export POCL_CACHE_DIR="$PWD/$build/pocl-cache"
 shards="${ATTNGEN_OPENCL_SHARDS:-$(nproc)}"
 # Each case's kernel is its parameter, the name's part after the last '/' (a pattern per kernel;
