@@ -1012,34 +1012,26 @@ attngen_status attention_varlen(CallMode mode, const attngen_tensor* q, const at
     *so = packed_rows(*out, q0, sq->shape[1]);
   };
   const attngen_kernel_info* kernel = nullptr;  // the last sequence's
+  // In a workspace, each sequence's run is checked there too (CallMode::kCheck: nothing run or
+  // written): a size query of other cu_seqlens may not have measured this call's configurations.
+  size_t bound_bytes = 0;
+  const bool in_workspace = mode == CallMode::kRun && bound_workspace(&bound_bytes) != nullptr;
   for (int64_t i = 0; i < n; ++i) {
     attngen_tensor sq, sk, sv, so;
     sequence(i, &sq, &sk, &sv, &so);
     if (sq.shape[1] == 0 || sk.shape[1] == 0) continue;
     Check one;
-    CallScratch scratch(CallMode::kSize);
+    CallScratch scratch(in_workspace ? CallMode::kCheck : CallMode::kSize);
     AttentionCall call{&sq, &sk, &sv, &so, attngen_attention_options_default()};
     KernelChoice choice;
-    if (!prepare_attention(one, scratch, call, &opt, &choice)) {
+    if (prepare_attention(one, scratch, call, &opt, &choice) && in_workspace) {
+      execute_attention(one, scratch, call, choice);
+    }
+    if (!one.ok()) {
       c.fail(one.status(), "sequence " + std::to_string(i) + ": " + one.message());
       return finish(c, nullptr);
     }
     kernel = choice.kernel;
-  }
-  // In a workspace, every sequence's run checked in it before the first runs: a size query of
-  // other cu_seqlens may not have measured this call's configurations.
-  size_t bound_bytes = 0;
-  if (mode == CallMode::kRun && bound_workspace(&bound_bytes) != nullptr) {
-    for (int64_t i = 0; i < n; ++i) {
-      attngen_tensor sq, sk, sv, so;
-      sequence(i, &sq, &sk, &sv, &so);
-      if (sq.shape[1] == 0 || sk.shape[1] == 0) continue;
-      const attngen_status st = attention(CallMode::kCheck, &sq, &sk, &sv, &so, &opt, nullptr);
-      if (st != ATTNGEN_OK) {
-        c.fail(st, "sequence " + std::to_string(i) + ": " + attngen_last_error());
-        return finish(c, nullptr);
-      }
-    }
   }
   size_t most = 0;
   for (int64_t i = 0; i < n; ++i) {
