@@ -159,7 +159,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
       const int per_iteration = decode_line_bytes(spec, info) / spec.kv_type.bytes();  // elements
       const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
-      dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
+      dot_rf.update()
+          .specialize(f.one_page)
+          .prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   };
   if (spec.int8_dot != Int8Dot::kNone) {
@@ -214,8 +216,10 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(r)
         .unroll(s4o);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
-                            PrefetchBoundStrategy::NonFaulting);
+      dot.update()
+          .specialize(f.one_page)
+          .prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
+                    PrefetchBoundStrategy::NonFaulting);
     }
   } else if (spec.kv_type.bits() == 16) {
     // An f16 or bf16 cache (grouped K, core/kv_layout.h): the keys in the lanes. Per group
@@ -242,8 +246,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // Halide's prefetch of K's box there, made a prefetch of every line of the slot's K by
     // prefetch_lines_pass (which the generator adds to the pipeline).
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots,
-                            PrefetchBoundStrategy::NonFaulting);
+      dot.update()
+          .specialize(f.one_page)
+          .prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
     }
     const int d_vectors = spec.head_dim_qk / qk_lanes;
     dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
@@ -367,7 +372,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     pv_update.vectorize(vi).unroll(vp).unroll(pi);
     if (t.prefetch_slots > 0 && f.v_cache.defined()) {
       const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
-      pv_update.prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
+      pv_update.specialize(f.one_page)
+          .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   }
 
