@@ -178,12 +178,13 @@ TEST_P(DecodeKernel, PagedCache) {
       .paged(32, 9)
       .scattered_pages()
       .prefill({40, 0, 7})
+      .new_tokens(5)
       .lengths({70, 0, 33})
       .kv_splits(3)
       .Test(GetParam());
   base(2, 3, 1).paged(16).scattered_pages().window(20).cached(50).new_tokens(3).steps(3).Test(
       GetParam());
-  base(1, 4, 4).paged(128).cached(300).new_tokens(2).steps(2).Test(GetParam());
+  base(1, 4, 4).paged(128).cached(200).new_tokens(2).steps(2).Test(GetParam());
   // A capacity within one page: the kernels' one-page form (the prefetching one), its page any.
   base(2, 4, 2).paged(64).scattered_pages().cached(40).steps(2).Test(GetParam());
 }
