@@ -156,19 +156,28 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   const Expr slot_group = clamp(s / kSlotGroup, 0, last_group);
   // Where slot (an f32 cache) or group of 16 slots (a grouped one) x of sequence b is stored:
   // at x mod the page's units in page block_table(x / the page's units, b) of the pool
-  // (DecodeInputs). The runtime's table names a page of the pool in every entry the filled slots
-  // reach, and a page's units fit the pool's dim 1 (the clamps bound a range of keys' reads by
-  // the pool). Where every sequence is one page (one_page: a contiguous cache), the unit is its
-  // place in the page: Halide then bounds one key's K and V by that key (a shift or mask by a
-  // run-time amount, or a table read, it bounds by a range), which the schedules' prefetches,
-  // specialised on one_page, take as the key's address.
+  // (DecodeInputs), or, where the table has one entry per sequence (one_page: a contiguous
+  // cache), at x of page b. The runtime's table names a page of the pool in every entry the
+  // filled slots reach, and a page's units fit the pool's dim 1 (the clamps bound a range of
+  // keys' reads by the pool). one_page keeps a contiguous cache's reads as they were: no table
+  // read in the inner loops, and one key's K and V bounded by that key (Halide bounds a shift or
+  // mask by a run-time amount, and a table read, by a range), which the schedules' prefetches,
+  // specialised on one_page, take as the key's address. An i8 cache is read as one page per
+  // sequence only (the runtime pages f32, f16 and bf16 caches): with its q.k's lanes of 4 keys x
+  // 4 bytes, Halide 14 computed the page per lane, or failed in FlattenNestedRamps
+  // (docs/decisions/paged-kv.md).
   const Expr unit_shift = grouped ? in.page_shift - 4 : in.page_shift;  // kSlotGroup = 2^4
-  f.one_page = in.table_pages == 1;
-  const auto page_of = [&](const Expr& x) {
-    const Expr entry = select(f.one_page, 0, clamp(x >> unit_shift, 0, in.table_pages - 1));
-    return clamp(in.block_table(entry, b), 0, in.pages - 1);
+  f.one_page = quantised ? Expr(true) : in.table_pages == 1;
+  const auto page_of = [&](const Expr& x) -> Expr {
+    // (b clamped too: bounds inference takes both sides, and a pool may have fewer pages than
+    // the call has sequences.)
+    const Expr own = clamp(b, 0, in.pages - 1);
+    if (quantised) return own;
+    const Expr entry = clamp(x >> unit_shift, 0, in.table_pages - 1);
+    return select(f.one_page, own, clamp(in.block_table(entry, b), 0, in.pages - 1));
   };
-  const auto in_page = [&](const Expr& x) {
+  const auto in_page = [&](const Expr& x) -> Expr {
+    if (quantised) return x;
     return select(f.one_page, x, clamp(x & ((Expr(1) << unit_shift) - 1), 0, in.page_extent - 1));
   };
   const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);  // V's elements a slot

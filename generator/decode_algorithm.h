@@ -84,7 +84,8 @@ struct DecodeInputs {
   // (e, group of the page, hkv, page) i8 caches only: a group's K scales, then its V scales
   // (core/kv_layout.h, group_scale_offset)
   Halide::Func kv_scales;
-  Halide::Func block_table;  // (entry, b) I32: sequence b's pages in order
+  // (entry, b) I32: sequence b's pages in order; of one entry: sequence b is page b
+  Halide::Func block_table;
   Halide::Expr page_shift;   // log2 of a page's slots (>= 4: whole groups of 16)
   Halide::Expr page_extent;  // extent of k's dim 1: the slots (groups) a page's storage holds
   Halide::Expr pages;        // extent of k's dim 3: the pool's pages

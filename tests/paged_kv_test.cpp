@@ -1,9 +1,9 @@
-// A paged KV cache (attngen.h, "Incremental decoding"): forks that share pages until one of the
-// sequences writes into a shared one, a pool that runs out (a named error, nothing changed),
-// random lifecycles of appends, forks, resets and decodes, each decode equal bit for bit to the
-// same decode over a contiguous cache fed the same sequences (the same kernels: the contiguous
-// cache is one page per sequence) and, for an F32 cache, to the float64 reference; the options'
-// validation. The decode kernels themselves over pages: DecodeKernel.PagedCache.
+// A paged KV cache (attngen.h, "Incremental decoding"; F32, F16, BF16): forks that share pages
+// until one of the sequences writes into a shared one, a pool that runs out (a named error, nothing
+// changed), random lifecycles of appends, forks, resets and decodes, each decode equal bit for bit
+// to the same decode over a contiguous cache fed the same sequences (the same kernels: the
+// contiguous cache is one page per sequence) and, for an F32 cache, to the float64 reference; the
+// options' validation. The decode kernels themselves over pages: DecodeKernel.PagedCache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -169,7 +169,8 @@ class Twins {
   std::vector<std::vector<float>> k_, v_;  // [layer * B + b]: [position, Hkv, D]
 };
 
-const attngen_dtype kCacheDtypes[] = {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16, ATTNGEN_I8};
+// The dtypes a cache may be paged in (an I8 cache is contiguous: OptionsAndForkValidation).
+const attngen_dtype kCacheDtypes[] = {ATTNGEN_F32, ATTNGEN_F16, ATTNGEN_BF16};
 
 std::string dtype_label(attngen_dtype d) {
   switch (d) {
@@ -325,6 +326,11 @@ TEST(PagedKv, OptionsAndForkValidation) {
     EXPECT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_ERROR_INVALID_ARGUMENT) << p;
     EXPECT_EQ(cache, nullptr);
   }
+  o.page_slots = 32;
+  o.dtype = ATTNGEN_I8;
+  EXPECT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_ERROR_DTYPE);
+  EXPECT_NE(std::string(attngen_last_error()).find("I8"), std::string::npos);
+  o.dtype = ATTNGEN_F32;
   o.page_slots = 0;
   o.pages = 4;
   EXPECT_EQ(attngen_kv_cache_create(&o, &cache), ATTNGEN_ERROR_INVALID_ARGUMENT);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "core/targets.h"
 #include "runtime/src/kv_cache.h"
 #include "runtime/src/rope.h"
@@ -108,7 +109,8 @@ struct DecodeRun {
     args.capacity = static_cast<int32_t>(o.capacity);
     args.window = static_cast<int32_t>(o.window);
     args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
-    args.slots = static_cast<int32_t>(slots);
+    args.units = static_cast<int32_t>(
+        cache.options.dtype == ATTNGEN_F32 ? slots : (slots + kSlotGroup - 1) / kSlotGroup);
     args.page_shift = cache.page_shift;
     args.block_table = &ht.buf;
   }

@@ -177,6 +177,13 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                                            std::to_string(dtype) +
                                            "), expected F32, F16, BF16 or I8");
   }
+  // The I8 decode kernels read one page per sequence (docs/decisions/paged-kv.md).
+  if (p != 0 && dtype == ATTNGEN_I8) {
+    return c.fail(ATTNGEN_ERROR_DTYPE,
+                  "a paged cache (page_slots " + std::to_string(p) +
+                      ") of I8 is not supported: page an F32, F16 or BF16 cache, or keep I8 "
+                      "contiguous");
+  }
   if (o.window < -1) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                   "options.window is " + std::to_string(o.window) +
@@ -226,7 +233,9 @@ bool make_tables(attngen_kv_cache& cache) {
   const attngen_kv_cache_options& o = cache.options;
   try {
     if (paged(o)) {
-      cache.table_width = (o.capacity + o.page_slots - 1) / o.page_slots;
+      // At least two entries: a table of one entry per sequence is the kernels' contiguous form
+      // (sequence b in page b: decode_algorithm.cpp, one_page).
+      cache.table_width = std::max<int64_t>(2, (o.capacity + o.page_slots - 1) / o.page_slots);
       cache.table.assign(static_cast<size_t>(o.batch * cache.table_width), 0);
       cache.held.assign(static_cast<size_t>(o.batch), 0);
       cache.holders.assign(static_cast<size_t>(o.pages), 0);

@@ -17,8 +17,9 @@ struct attngen_kv_cache {
   uint8_t* data = nullptr;
   float* scales = nullptr;  // I8 only: [layers, pages, Hkv, groups of a page, 2, 16]
   // Each sequence's pages in order, [B, table_width] (the decode kernels' block table): a
-  // contiguous cache's sequence b is page b; a paged one's entries past `held` name page 0 (any
-  // page is valid storage: the kernels read no position the sequence does not hold).
+  // contiguous cache's one entry per sequence (the kernels then read sequence b in page b); a
+  // paged one's, at least two, past `held` page 0 (any page is valid storage: the kernels read
+  // no position the sequence does not hold).
   std::vector<int32_t> table;
   int64_t table_width = 1;
   int32_t page_shift = 0;  // log2 of the slots the kernels see a page hold (>= its stored slots)

@@ -495,12 +495,13 @@ void attngen_mha_plan_destroy(attngen_mha_plan* plan);
  * position, and never dequantise the cache into a copy.
  * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
  *
- * A paged cache (options.page_slots = P, a power of two from 16 to 256) keeps every sequence's
- * positions in pages of P slots taken from a pool of options.pages pages per layer, the same
+ * A paged cache (options.page_slots = P, a power of two from 16 to 256; F32, F16 or BF16: an I8
+ * cache is contiguous, paging it is ATTNGEN_ERROR_DTYPE) keeps every sequence's positions in
+ * pages of P slots taken from a pool of options.pages pages per layer, the same
  * page index in every layer, so that sequences of any length share one pool (vLLM's and
  * FlashInfer's block tables). Its storage is the layout above with pages in place of sequences
- * and P in place of the capacity: per layer [pages, Hkv, P, Dqk + Dv] (F32; F16, BF16 and I8 in
- * groups of 16 slots of each page, I8 scales [layers, pages, Hkv, P / 16, 2, 16]); position p
+ * and P in place of the capacity: per layer [pages, Hkv, P, Dqk + Dv] (F32; F16 and BF16 in
+ * groups of 16 slots of each page); position p
  * of a sequence is slot p % P of its (p / P)-th page. A sequence holds no page until an append
  * reaches it (the first layer's append takes the page for all layers), attngen_kv_cache_reset()
  * gives its pages back, and attngen_kv_cache_fork() makes a sequence share another's pages (a

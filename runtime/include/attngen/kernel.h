@@ -40,7 +40,7 @@ typedef enum attngen_mask_tensor_kind {
  *            page slots, D] views whose slots are Dqk + Dv apart, K and V interleaved; an I8,
  *            F16 or BF16 cache's [pages, Hkv, groups of the page, elements of a group's K or V
  *            part] views of its groups of 16 slots in its dtype, attngen.h; a contiguous cache
- *            is one page per sequence), block_table, page_shift, slots, kv_len, q_len, capacity,
+ *            is one page per sequence), block_table, page_shift, units, kv_len, q_len, capacity,
  *            window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
@@ -53,10 +53,12 @@ typedef struct attngen_kernel_args {
   int32_t capacity;              /* ring size of the cache (slot = position mod capacity) */
   int32_t window;                /* left window, -1: none */
   int32_t split_keys;            /* split-KV: keys per partial (rounded up to key blocks) */
-  int32_t slots;                 /* slots read: the longest sequence's (at most the capacity) */
-  int32_t page_shift;            /* log2 of a page's slots (>= 4) */
+  int32_t units;      /* slots read, the longest sequence's (at most the capacity), in the cache's
+                       * units: slots, or an I8, F16 or BF16 cache's groups of 16 slots */
+  int32_t page_shift; /* log2 of a page's slots (>= 4) */
   /* I32 [B, entries]: sequence b's slot s is at slot s % 2^page_shift of page
-   * block_table[b][s >> page_shift] of k, v and kv_scales */
+   * block_table[b][s >> page_shift] of k, v and kv_scales; one entry per sequence: at slot s of
+   * page b (a contiguous cache; the kernels then read no table) */
   struct halide_buffer_t* block_table;
   /* generic kernels only: the call's causal mask (attention, mha) and mask tensor kind, and
    * both masks (the one of the other kind, or both, broadcast stand-ins that mask nothing) */

@@ -86,7 +86,7 @@ int call(void* uc, const attngen_kernel_args* a) {
     return std::apply(
         Fn, std::tuple_cat(
                 std::make_tuple(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale,
-                                a->split_keys, a->slots, a->page_shift, a->block_table, a->k, a->v),
+                                a->split_keys, a->units, a->page_shift, a->block_table, a->k, a->v),
                 optional_arg<(Features & kKvScales) != 0>(a->kv_scales),
                 std::make_tuple(a->v_finite != 0, a->out)));
   } else if constexpr ((Features & kGeneric) != 0) {
