@@ -94,8 +94,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       .fuse(hk, b, group)
       .parallel(group)
       .parallel(sp)
-      .vectorize(vi)
-      .unroll(vo);
+      .vectorize(vi);
   // A constant key block wherever the call's slots fill one (decode_algorithm.cpp, block_keys);
   // only a shorter call computes its one block over the slots it has.
   if (f.whole_blocks.defined()) state.update().specialize(f.whole_blocks);

@@ -238,11 +238,7 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   state.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
   if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
-  state.update()
-      .split(d, vo, vi, dv_lanes, dv_tail)
-      .reorder(vi, vo, f.qi, f.rb)
-      .vectorize(vi)
-      .unroll(vo);
+  state.update().split(d, vo, vi, dv_lanes, dv_tail).reorder(vi, vo, f.qi, f.rb).vectorize(vi);
 
   f.q.compute_at(out, task)
       .bound_extent(i, t.query_tile)
