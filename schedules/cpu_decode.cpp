@@ -82,7 +82,10 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // The partial states: one parallel task per (split, kv head, sequence). The splits are a
   // parallel loop nested in the one over (kv head, sequence) rather than fused with it: with sp
   // fused, bounds inference widens the per-block stages under the block-skipping predicate to
-  // every block of the sequence. Per key block, the rows go by tiles of row_tile.
+  // every block of the sequence. Per key block, the rows go by tiles of row_tile. The merge into
+  // the state loops over the head dim's vectors, each with its own rescaling exp: unrolled, they
+  // were half of the kernel's code and slower (bench/RESULTS.md, "The online-softmax merge as a
+  // loop").
   Func state = f.state;
   state.compute_root().split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo).parallel(b);
   // A generic kernel computes its padded head dim; the output takes the cache's (run-time).

@@ -238,6 +238,9 @@ void schedule_attention_simd_blocked(AttentionFuncs f, const AttentionSpec& spec
   state.compute_at(out, task).bound(f.qi, 0, t.query_tile).bound_extent(f.qt, 1);
   if (spec.generic) state.bound(d, 0, spec.head_dim_v);
   state.split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
+  // The merge loops over the head dim's vectors rather than unrolling them: each vector rescales
+  // by its own exp, and unrolled they were most of the kernel's code (bench/RESULTS.md, "The
+  // online-softmax merge as a loop").
   state.update().split(d, vo, vi, dv_lanes, dv_tail).reorder(vi, vo, f.qi, f.rb).vectorize(vi);
 
   f.q.compute_at(out, task)
