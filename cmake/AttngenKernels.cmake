@@ -191,6 +191,11 @@ const attngen_status registered = attngen_register_@NAME@();
   target_link_libraries(${NAME} INTERFACE $<TARGET_OBJECTS:${NAME}_register>)
 endfunction()
 
+# Each kernel's lowered Halide statement (NAME.stmt, beside its .s) is for reading a schedule's
+# loops; writing it took up to a third of a small kernel's generation, so it is asked for
+# (-DATTNGEN_KERNEL_STMT=ON, or one kernel by the generator's command line: docs/variants.md).
+option(ATTNGEN_KERNEL_STMT "Write each kernel's Halide statement (.stmt) for inspection" OFF)
+
 # ATTNGEN_KERNELS_FROM: another build tree of this architecture whose kernels, made by the same
 # generator from the same variants and tuning files, this tree links instead of generating them
 # again (the embedded tree takes the aarch64 tree's, the fuzz tree the ci tree's: CMakePresets.json;
@@ -216,13 +221,17 @@ function(_attngen_copied_kernel NAME RUNTIME OUT)
   endif ()
   set(sources "")
   set(outputs "")
-  foreach (f IN ITEMS "${code}" "${NAME}.h" "${NAME}.s" "${NAME}.stmt")
+  foreach (f IN ITEMS "${code}" "${NAME}.h" "${NAME}.s")
     if (NOT EXISTS "${from}/${f}")
       return()
     endif ()
     list(APPEND sources "${from}/${f}")
     list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${f}")
   endforeach ()
+  if (EXISTS "${from}/${NAME}.stmt")
+    list(APPEND sources "${from}/${NAME}.stmt")
+    list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.stmt")
+  endif ()
   add_custom_command(OUTPUT ${outputs}
                      COMMAND ${CMAKE_COMMAND} -E copy ${sources} "${CMAKE_CURRENT_BINARY_DIR}"
                      DEPENDS ${sources}
@@ -283,6 +292,11 @@ function(attngen_add_kernel NAME)
   endif ()
   _attngen_copied_kernel(${NAME} ${runtime} copied)
   if (NOT copied)
+    # The GPU kernels' statements always: tests/cuda reads their shared memory there.
+    set(stmt "")
+    if (ATTNGEN_KERNEL_STMT OR ATTNGEN_V_ISA STREQUAL "cuda")
+      set(stmt STMT ${NAME}_stmt)
+    endif ()
     add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}
                        GENERATOR ${ATTNGEN_V_GENERATOR}
                        FUNCTION_NAME ${NAME}
@@ -291,7 +305,7 @@ function(attngen_add_kernel NAME)
                        USE_RUNTIME ${runtime}
                        PARAMS "variant=${ATTNGEN_V_VARIANT}"
                        ASSEMBLY ${NAME}_asm
-                       STMT ${NAME}_stmt)
+                       ${stmt})
     set_property(GLOBAL APPEND PROPERTY ATTNGEN_KERNELS_GENERATED_HERE ${NAME})
   endif ()
 

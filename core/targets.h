@@ -233,6 +233,12 @@ inline const char* row_prefetches_slots(const TargetRow& t) {
   return nullptr;
 }
 
+// Whether the row builds only the variant list's generic kernels (and linear, which has no
+// other form): SSE4.1 is the row of x86-64 CPUs without AVX2, on which every call runs on the
+// generic kernels; its specialised kernels were 14% of the x86 kernels' generation time
+// (docs/decisions/sse41-generic.md).
+inline bool row_generic_only(const TargetRow& t) { return t.isa == Isa::kSse41; }
+
 // The instruction (a CMake regex for the assembly test) of the row's decode kernels over i8
 // caches whose q.k are integer dot products (TargetRow::int8_dot; generator/variant.h,
 // int8_dot_decode), or nullptr where the row converts K to f32.

@@ -114,6 +114,10 @@ int variant_cmake(const Options& o) {
   }
   // An extension row (core/targets.h) builds only what its instructions serve.
   if (!extension_applies(v, t)) skip = true;
+  // A generic-only row (core/targets.h) builds a specialised variant that names it.
+  if (row_generic_only(t) && !v.generic && v.op != Op::kLinear && v.only_isas.empty()) {
+    skip = true;
+  }
   std::string runtime, runtime_target;
   if (!runtime_of(t, o, &runtime, &runtime_target, &error)) return fail(error);
   // The OpenCL check of the GPU schedules runs on PoCL's CPU device, which has no 16-bit floats
