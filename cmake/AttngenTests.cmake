@@ -3,8 +3,9 @@
 #
 # One process per case, gtest_discover_tests()'s way, spent more time starting processes than
 # testing: 0.03 s a start for the x86 suite (0.1 s with the sanitizers), 0.18 s under qemu, over
-# about 3500 x86 and 1250 aarch64 cases (bench/RESULTS.md, "CI's time"). The cases are listed when
-# ctest runs (through CROSSCOMPILING_EMULATOR in a cross build), so a rebuilt suite is never stale.
+# about 3500 x86 and 1250 aarch64 cases (bench/RESULTS.md, "The online-softmax merge as a
+# loop; ctest in batches"). The cases are listed when ctest runs (through
+# CROSSCOMPILING_EMULATOR in a cross build), so a rebuilt suite is never stale.
 #
 #   PREFIX   each test's name starts with it (default: TARGET and a dot); a test is named after
 #            its suite, with [k/n] where the suite takes n batches: `ctest -R Suite` selects them

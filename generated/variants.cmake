@@ -5,8 +5,8 @@
 # Each entry is the arguments of one attngen_add_kernel() call (cmake/AttngenKernels.cmake
 # documents every one; names follow docs/variants.md), generated for every ISA in
 # ATTNGEN_KERNEL_ISAS, or only for those after ONLY_ISAS; a generic-only row (SSE4.1:
-# row_generic_only(), core/targets.h) builds the GENERIC entries, linear, and those naming it. When two kernels fit a call equally
-# well, the runtime takes the one listed first.
+# row_generic_only(), core/targets.h) builds the GENERIC entries, linear, and those naming it.
+# When two kernels fit a call equally well, the runtime takes the one listed first.
 set(ATTNGEN_VARIANTS
     # Dense attention: head dims, masks, mask tensors, soft cap.
     "OP attention HEAD_DIM 64"

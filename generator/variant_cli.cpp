@@ -114,7 +114,7 @@ int variant_cmake(const Options& o) {
   }
   // An extension row (core/targets.h) builds only what its instructions serve.
   if (!extension_applies(v, t)) skip = true;
-  // A generic-only row (core/targets.h) builds a specialised variant that names it.
+  // A generic-only row (core/targets.h) skips the specialised variants but those naming it.
   if (row_generic_only(t) && !v.generic && v.op != Op::kLinear && v.only_isas.empty()) {
     skip = true;
   }
