@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace attngen::test {
 
@@ -59,16 +62,24 @@ struct AttentionTester::Call {
   std::vector<int32_t> mod_ints;
   attngen_tensor t_mod_ints{};
   attngen_attention_options opt = attngen_attention_options_default();
-  // The same configuration for the reference, and what it computes besides the output.
+  // The same configuration for the reference, what it computes (once per draw of inputs), and
+  // the bound of the output's error (max |V|).
   RefAttention ref;
-  std::vector<double> want_weights, want_lse;
+  std::vector<double> want, want_weights, want_lse;
+  double max_v = 0.0;
+  bool have_reference = false;
+  // Per kernel run so far on these inputs: its outputs, which a later run on it must repeat.
+  struct Outputs {
+    std::vector<double> out, weights, lse;
+  };
+  std::map<std::string, Outputs> by_kernel;
 
   Call() = default;
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 };
 
-void AttentionTester::Test(const attngen_kernel_info* kernel) const {
+void AttentionTester::Test(const attngen_kernel_info* kernel, std::vector<std::string>* ran) const {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe() + " seed " + std::to_string(seed) +
                (kernel ? std::string(" kernel ") + kernel->name : std::string()));
@@ -82,9 +93,65 @@ void AttentionTester::Test(const attngen_kernel_info* kernel) const {
   if (::testing::Test::HasFatalFailure()) return;
   poison_outputs(c);
   build_options(c, kernel, rng);
+  if (isas_.empty()) {
+    check_run(c, kernel, ran);
+    return;
+  }
+  struct RestoreIsa {
+    ~RestoreIsa() { attngen_set_isa(nullptr); }
+  } restore;
+  int turns = 0;
+  for (const std::string& isa : isas_) {
+    if (!fallbacks_ && !has_own_kernel(isa, c.dq)) continue;
+    SCOPED_TRACE("ISA " + isa);
+    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
+    poison_outputs(c);
+    check_run(c, kernel, ran);
+    if (::testing::Test::HasFatalFailure()) return;
+    ++turns;
+  }
+  EXPECT_GT(turns, 0) << "no ISA of the list has an attention kernel of its own for the call";
+}
+
+// Whether `isa` has an attention kernel of its own for q of `dtype`, or of F32 (a call of another
+// dtype converted).
+bool AttentionTester::has_own_kernel(const std::string& isa, attngen_dtype dtype) const {
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op == ATTNGEN_OP_ATTENTION && isa == k->isa &&
+        (k->dtypes.q == dtype || k->dtypes.q == ATTNGEN_F32)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One run on the call's inputs, checked: against the reference on the first run of its kernel,
+// bit for bit against that run on a later one; the output views' gaps untouched either way.
+void AttentionTester::check_run(Call& c, const attngen_kernel_info* kernel,
+                                std::vector<std::string>* ran) const {
   run(c, kernel);
   if (::testing::Test::HasFatalFailure()) return;
-  compare_with_reference(c);
+  const std::string name = attngen_last_kernel();
+  if (ran != nullptr) ran->push_back(name);
+  Call::Outputs got{c.out.dense(), weights_ ? c.weights.dense() : std::vector<double>{},
+                    lse_ ? c.lse.dense() : std::vector<double>{}};
+  const auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](double x, double y) {
+      return x == y || (std::isnan(x) && std::isnan(y));
+    });
+  };
+  const auto earlier = c.by_kernel.find(name);
+  if (earlier != c.by_kernel.end()) {
+    EXPECT_TRUE(same(got.out, earlier->second.out))
+        << name << ": not the output of its earlier run";
+    EXPECT_TRUE(same(got.weights, earlier->second.weights)) << name << ": weights differ";
+    EXPECT_TRUE(same(got.lse, earlier->second.lse)) << name << ": log-sum-exp differs";
+  } else {
+    if (!c.have_reference) compute_reference(c);
+    compare_with_reference(c);
+    c.by_kernel.emplace(name, std::move(got));
+  }
   check_gaps(c);
 }
 
@@ -463,9 +530,9 @@ void AttentionTester::run(Call& c, const attngen_kernel_info* kernel) const {
   if (kernel) EXPECT_STREQ(attngen_last_kernel(), kernel->name);
 }
 
-// The output (and weights and log-sum-exp, if asked for) against the float64 reference, which
-// reads the inputs as the call stored them (rounded to their dtype), widened to float32.
-void AttentionTester::compare_with_reference(Call& c) const {
+// The float64 reference's output (and weights and log-sum-exp, if asked for), which reads the
+// inputs as the call stored them (rounded to their dtype), widened to float32.
+void AttentionTester::compute_reference(Call& c) const {
   std::vector<float> wq, wk, wv;
   View vq{}, vk{}, vv{};
   if (fused_) {
@@ -481,8 +548,14 @@ void AttentionTester::compare_with_reference(Call& c) const {
     vk = c.k.view_in(c.tk, wk);
     vv = c.v.view_in(c.tv, wv);
   }
-  const std::vector<double> want = reference_attention(vq, vk, vv, c.ref);
-  expect_close(c.out.dense(), want, max_abs(vv), tolerance_dtype(c.dq, c.dout));
+  c.want = reference_attention(vq, vk, vv, c.ref);
+  c.max_v = max_abs(vv);
+  c.have_reference = true;
+}
+
+// The run's outputs against the reference's.
+void AttentionTester::compare_with_reference(const Call& c) const {
+  expect_close(c.out.dense(), c.want, c.max_v, tolerance_dtype(c.dq, c.dout));
   if (weights_) check_weights(c);
   if (lse_) check_lse(c);
 }

@@ -3,7 +3,8 @@
 // Test() makes fresh random inputs in the call's dtypes (rounded to them: the reference reads the
 // rounded values), poisons the output (and the gaps of strided views), runs the kernel through
 // the public C API, and checks the result against the float64 reference with the contract's
-// tolerance for the inputs' dtype. Test(kernel) takes the kernel descriptor's dtypes.
+// tolerance for the inputs' dtype. Test(kernel) takes the kernel descriptor's dtypes. With
+// isas(), one draw of inputs is run under each ISA in turn and checked against one reference.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -173,10 +174,24 @@ class AttentionTester {
     return *this;
   }
 
+  // Automatic dispatch restricted to each of these ISAs in turn (attngen_set_isa(); automatic
+  // again afterwards), all on one draw of inputs and options, so that the float64 reference (most
+  // of a test's time under qemu) is computed once. An ISA none of whose own attention kernels takes
+  // the call's dtype (as it is, or converted to F32) would only run the kernel of a row it extends,
+  // which that row's turn runs: it is left out, unless `fallbacks`. A run whose kernel an earlier
+  // ISA's run took (dispatch falling back to another row) must match that run bit for bit.
+  AttentionTester& isas(std::vector<std::string> list, bool fallbacks = false) {
+    isas_ = std::move(list);
+    fallbacks_ = fallbacks;
+    return *this;
+  }
+
   std::string describe() const;
 
-  // Runs `kernel` (by name) and checks it; with kernel == nullptr the runtime chooses.
-  void Test(const attngen_kernel_info* kernel = nullptr) const;
+  // Runs `kernel` (by name) and checks it; with kernel == nullptr the runtime chooses (under each
+  // of isas(), where given). `ran`, where given, receives the kernel of each run, in order.
+  void Test(const attngen_kernel_info* kernel = nullptr,
+            std::vector<std::string>* ran = nullptr) const;
 
  private:
   // The buffers and options of one Test(); the tensors point into it, so it stays in place.
@@ -193,8 +208,11 @@ class AttentionTester {
   void add_modifier(Call& c, const attngen_kernel_info* kernel, std::mt19937_64& rng) const;
   void fill_modifier_values(Storage& values, std::mt19937_64& rng, double limit) const;
   void run(Call& c, const attngen_kernel_info* kernel) const;
+  void check_run(Call& c, const attngen_kernel_info* kernel, std::vector<std::string>* ran) const;
+  bool has_own_kernel(const std::string& isa, attngen_dtype dtype) const;
   void choose_dtypes(Call& c, const attngen_kernel_info* kernel) const;
-  void compare_with_reference(Call& c) const;
+  void compute_reference(Call& c) const;
+  void compare_with_reference(const Call& c) const;
   void check_weights(const Call& c) const;
   void check_lse(const Call& c) const;
   void check_gaps(const Call& c) const;
@@ -214,6 +232,8 @@ class AttentionTester {
   std::vector<uint8_t> layout_;     // empty: random
   std::string modifier_;            // empty: none
   bool symmetric_ = false, standard_slopes_ = false;
+  std::vector<std::string> isas_;  // empty: dispatch as set by the caller
+  bool fallbacks_ = false;
 };
 
 }  // namespace attngen::test

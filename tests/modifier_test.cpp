@@ -18,36 +18,43 @@
 namespace attngen::test {
 namespace {
 
-struct RestoreIsa {
-  ~RestoreIsa() { attngen_set_isa(nullptr); }
-};
-
-// Runs `body` with dispatch restricted to each CPU ISA this build has and this machine runs.
-template <typename Body>
-void on_every_cpu_isa(Body body) {
-  const std::vector<std::string> isas = runnable_cpu_isas();
-  if (isas.empty()) GTEST_SKIP() << "no CPU ISA of this build runs on this machine";
-  RestoreIsa restore;
-  for (const std::string& isa : isas) {
-    ASSERT_EQ(attngen_set_isa(isa.c_str()), ATTNGEN_OK) << attngen_last_error();
-    SCOPED_TRACE(isa);
-    body();
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+// The CPU ISAs with attention kernels in this build that this machine runs: every tester below
+// runs its call under each of them, on one draw of inputs (AttentionTester::isas()).
+const std::vector<std::string>& cpu_isas() {
+  static const std::vector<std::string> isas = [] {
+    const attngen_op op = ATTNGEN_OP_ATTENTION;
+    return runnable_cpu_isas(&op);
+  }();
+  return isas;
 }
 
-// A tester of a library modifier (with ALiBi's symmetric form where `symmetric`).
+// Runs `body`, or skips the test where no CPU ISA of this build runs on this machine.
+template <typename Body>
+void on_every_cpu_isa(Body body) {
+  if (cpu_isas().empty()) GTEST_SKIP() << "no CPU ISA of this build runs on this machine";
+  body();
+}
+
+// A tester of a library modifier (with ALiBi's symmetric form where `symmetric`) on every CPU ISA.
 AttentionTester with_modifier(const char* name, bool symmetric = false) {
   AttentionTester t;
-  t.modifier(name, symmetric);
+  t.modifier(name, symmetric).isas(cpu_isas());
   return t;
 }
 
-// The kernel the last call ran, which must have been generated with `modifier`.
-void expect_ran_modifier(const char* modifier) {
-  const attngen_kernel_info* k = attngen_find_kernel(attngen_last_kernel());
-  ASSERT_NE(k, nullptr) << attngen_last_kernel();
+// The kernel `name`, which must have been generated with `modifier` ("": none).
+void expect_modifier_kernel(const std::string& name, const char* modifier) {
+  const attngen_kernel_info* k = attngen_find_kernel(name.c_str());
+  ASSERT_NE(k, nullptr) << name;
   EXPECT_STREQ(k->modifier, modifier) << k->name;
+}
+
+// Tests `t`, each of whose runs must take a kernel generated with `modifier`.
+void test_on_modifier_kernels(const AttentionTester& t, const char* modifier) {
+  std::vector<std::string> ran;
+  t.Test(nullptr, &ran);
+  EXPECT_FALSE(ran.empty());
+  for (const std::string& name : ran) expect_modifier_kernel(name, modifier);
 }
 
 TEST(Modifier, AlibiSlopesAreThePapers) {
@@ -74,8 +81,8 @@ TEST(Modifier, AlibiOnEveryIsa) {
     const auto alibi = [](bool symmetric = false) { return with_modifier("alibi", symmetric); };
     // Causal decoder shapes: bottom-right (a chunk of new queries over a longer context), one
     // query over a cache, top-left, key padding, GQA.
-    alibi().batch(2).heads(4, 4).seq(37, 53).head_dim(64).causal().Test();
-    expect_ran_modifier("alibi");
+    test_on_modifier_kernels(alibi().batch(2).heads(4, 4).seq(37, 53).head_dim(64).causal(),
+                             "alibi");
     alibi().batch(1).heads(8, 2).seq(1, 200).head_dim(128).causal().Test();
     alibi().batch(1).heads(3, 1).seq(70, 70).head_dim(72).causal().top_left().Test();
     alibi().batch(3).heads(2, 1).seq(40, 61).head_dim(48).causal().kv_len({61, 0, 17}).Test();
@@ -91,7 +98,13 @@ TEST(Modifier, AlibiOnEveryIsa) {
       alibi().batch(1).heads(4, 2).seq(25, 40).head_dim(64).causal().dtype(d).Test();
     }
     // The standard slopes, at a head count that is no power of two.
-    AttentionTester().modifier("alibi", false, true).heads(12, 12).seq(50, 50).causal().Test();
+    AttentionTester()
+        .modifier("alibi", false, true)
+        .isas(cpu_isas())
+        .heads(12, 12)
+        .seq(50, 50)
+        .causal()
+        .Test();
   });
 }
 
@@ -101,8 +114,8 @@ TEST(Modifier, AlibiOnEveryIsa) {
 TEST(Modifier, DocumentOnEveryIsa) {
   on_every_cpu_isa([] {
     const auto document = [] { return with_modifier("document"); };
-    document().batch(2).heads(4, 4).seq(90, 90).head_dim(64).causal().Test();
-    expect_ran_modifier("document");
+    test_on_modifier_kernels(document().batch(2).heads(4, 4).seq(90, 90).head_dim(64).causal(),
+                             "document");
     document().batch(2).heads(4, 2).seq(200, 200).head_dim(128).Test();
     document().batch(1).heads(2, 1).seq(17, 140).head_dim(72).causal().Test();
     document().batch(3).heads(2, 2).seq(65, 65).head_dim(32).causal().kv_len({65, 1, 30}).Test();
@@ -124,8 +137,7 @@ TEST(Modifier, DocumentOnEveryIsa) {
 TEST(Modifier, PrefixOnEveryIsa) {
   on_every_cpu_isa([] {
     const auto prefix = [] { return with_modifier("prefix"); };
-    prefix().batch(3).heads(4, 2).seq(300, 300).head_dim(64).Test();
-    expect_ran_modifier("prefix");
+    test_on_modifier_kernels(prefix().batch(3).heads(4, 2).seq(300, 300).head_dim(64), "prefix");
     prefix().batch(3).heads(2, 2).seq(40, 257).head_dim(128).kv_len({257, 100, 0}).Test();
     prefix().batch(2).heads(2, 1).seq(70, 70).head_dim(80).top_left().Test();
     for (attngen_dtype d : {ATTNGEN_F16, ATTNGEN_BF16}) {
@@ -141,9 +153,9 @@ TEST(Modifier, SinksOnEveryIsa) {
   on_every_cpu_isa([] {
     const auto sinks = [] { return with_modifier("sinks"); };
     for (int repeat = 0; repeat < 3; ++repeat) {
-      sinks().batch(1).heads(2, 1).seq(600, 600).head_dim(64).causal().Test();
+      test_on_modifier_kernels(sinks().batch(1).heads(2, 1).seq(600, 600).head_dim(64).causal(),
+                               "sinks");
     }
-    expect_ran_modifier("sinks");
     sinks().batch(2).heads(4, 2).seq(130, 130).head_dim(128).Test();
     sinks().batch(2).heads(2, 2).seq(50, 400).head_dim(64).causal().kv_len({400, 77}).Test();
     sinks().batch(1).heads(2, 2).seq(90, 90).head_dim(48).causal().top_left().Test();
@@ -159,9 +171,8 @@ TEST(Modifier, T5BiasOnEveryIsa) {
   on_every_cpu_isa([] {
     const auto t5 = [] { return with_modifier("t5_bias"); };
     for (int repeat = 0; repeat < 3; ++repeat) {
-      t5().batch(2).heads(4, 4).seq(300, 300).head_dim(64).Test();
+      test_on_modifier_kernels(t5().batch(2).heads(4, 4).seq(300, 300).head_dim(64), "t5_bias");
     }
-    expect_ran_modifier("t5_bias");
     t5().batch(1).heads(4, 2).seq(70, 330).head_dim(64).causal().Test();
     t5().batch(3).heads(2, 2).seq(40, 61).head_dim(32).causal().kv_len({61, 0, 17}).Test();
     t5().batch(1).heads(2, 1).seq(90, 90).head_dim(48).causal().top_left().Test();
@@ -178,8 +189,8 @@ TEST(Modifier, T5BiasOnEveryIsa) {
 TEST(Modifier, SinkLogitOnEveryIsa) {
   on_every_cpu_isa([] {
     const auto sink = [] { return with_modifier("sink_logit"); };
-    sink().batch(2).heads(8, 2).seq(1, 300).head_dim(64).causal().Test();
-    expect_ran_modifier("sink_logit");
+    test_on_modifier_kernels(sink().batch(2).heads(8, 2).seq(1, 300).head_dim(64).causal(),
+                             "sink_logit");
     sink().batch(3).heads(4, 4).seq(37, 53).head_dim(128).causal().kv_len({53, 0, 20}).Test();
     sink().batch(1).heads(4, 1).seq(150, 150).head_dim(64).Test();
     sink().batch(1).heads(2, 2).seq(33, 33).head_dim(64).causal().softcap(20.0f).Test();
@@ -252,7 +263,7 @@ TEST(Modifier, BadParametersAreNamedErrorsWithNothingWritten) {
   AlibiCall plain;
   plain.opt.modifier = nullptr;
   ASSERT_EQ(plain.run(), ATTNGEN_OK) << attngen_last_error();
-  expect_ran_modifier("");
+  expect_modifier_kernel(attngen_last_kernel(), "");
   AlibiCall named;
   named.opt.kernel = attngen_last_kernel();
   EXPECT_NE(named.run(), ATTNGEN_OK) << "a kernel without the modifier ran a call with it";

@@ -4,6 +4,8 @@
 # reduced kernel set), replays the seed corpus and every saved finding (tests/fuzz/regressions),
 # then runs libFuzzer on a scratch copy of the corpus. Exits non-zero on any finding; the input
 # is left in build/fuzz/findings/ (add it to tests/fuzz/regressions/ with a name saying what it is).
+# SECONDS is fuzzing time on one core: the calls run single-threaded, so it is split over one
+# fuzzer process per core (ATTNGEN_FUZZ_WORKERS), which share the corpus (libFuzzer reloads it).
 #   tools/fuzz.sh            CI length
 #   tools/fuzz.sh 1800       a longer run
 # Environment: ATTNGEN_FUZZ_NONFINITE=1 also injects NaN/Inf (the contract's non-finite rules; not
@@ -44,16 +46,30 @@ findings="build/fuzz/findings"
 rm -rf "$work"
 mkdir -p "$work/corpus" "$findings"
 cp tests/fuzz/corpus/* "$work/corpus/"
-echo "== fuzz: ${seconds} s"
-log="$work/fuzz.log"
+workers="${ATTNGEN_FUZZ_WORKERS:-$(nproc)}"
+each=$(((seconds + workers - 1) / workers))
+echo "== fuzz: ${seconds} s: ${workers} processes of ${each} s"
+pids=()
+for ((w = 0; w < workers; w++)); do
+  "$fuzzer" -max_total_time="$each" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$work/corpus" >"$work/fuzz.$w.log" 2>&1 &
+  pids+=($!)
+done
 status=0
-"$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-  -artifact_prefix="$findings/" "$work/corpus" >"$log" 2>&1 || status=$?
-grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::|^== attngen fuzz|^==   " "$log" || true
+for ((w = 0; w < workers; w++)); do
+  worker_status=0
+  wait "${pids[$w]}" || worker_status=$?
+  log="$work/fuzz.$w.log"
+  echo "== fuzz: process $w"
+  grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::|^== attngen fuzz|^==   " "$log" || true
+  if [ "$worker_status" -ne 0 ]; then
+    echo "== fuzz: FINDING (exit $worker_status); the report:"
+    grep -v -E "^#[0-9]+ +(NEW|REDUCE|pulse|RELOAD)" "$log" | tail -60
+    status=1
+  fi
+done
 if [ "$status" -ne 0 ]; then
-  echo "== fuzz: FINDING (exit $status); the report:"
-  grep -v -E "^#[0-9]+ +(NEW|REDUCE|pulse)" "$log" | tail -60
   ls -l "$findings"
   exit 1
 fi
-echo "== fuzz: no finding in ${seconds} s ($(grep -oE 'cov: [0-9]+' "$log" | tail -1) edges)"
+echo "== fuzz: no finding in ${workers} x ${each} s ($(cat "$work"/fuzz.*.log | grep -oE 'cov: [0-9]+' | sort -t' ' -k2 -n | tail -1) edges)"

@@ -7,7 +7,8 @@ packages=(cmake ninja-build g++ libhalide14-0-dev libgtest-dev libbenchmark-dev 
           g++-aarch64-linux-gnu qemu-user-static  # the aarch64 cross build and its tests
           g++-arm-linux-gnueabihf  # the 32-bit ARM (armv7) cross build, tested under qemu-arm
           clang libclang-rt-14-dev  # the fuzzer (libFuzzer, tools/fuzz.sh)
-          pocl-opencl-icd ocl-icd-opencl-dev)  # the GPU schedules checked on a CPU (gpu-opencl)
+          pocl-opencl-icd ocl-icd-opencl-dev  # the GPU schedules checked on a CPU (gpu-opencl)
+          ccache)  # one compile of the sources the build trees share (ATTNGEN_CCACHE)
 if [ "${1:-}" = "--bench" ]; then
   # llvm-mca for bench/arm_loops.py --mca: Debian 12's newest LLVM, whose Neoverse-V1 and
   # Neoverse-N1 models have the FMA rates of Arm's optimization guides (LLVM 14's have not).
