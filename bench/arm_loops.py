@@ -11,6 +11,7 @@ FMA rate matches the guide (checked first, on independent fmla chains). Model fi
 code, not timings (no ARM board): where a loop spends instructions and cycles besides its
 products.
 
+    (the trees configured with -DATTNGEN_KERNEL_ASM=ON, which writes the kernels' .s files)
     bench/arm_loops.py build/aarch64/generated build/armv7/generated [--kernels REGEX]
         [--loops REGEX] [--all] [--summary] [--mca [--llvm-mca PATH]]
 
@@ -256,7 +257,8 @@ def main():
         files += [os.path.join(d, f) for f in sorted(os.listdir(d))
                   if f.endswith('.s') and pattern.search(f[:-2])]
     if not files:
-        sys.exit(f'no kernel matching {args.kernels} in {args.dirs}')
+        sys.exit(f'no kernel .s matching {args.kernels} in {args.dirs} '
+                 '(configure with -DATTNGEN_KERNEL_ASM=ON)')
 
     tool, models = None, {'aarch64': {}, 'arm': {}}
     if args.mca:

@@ -191,10 +191,13 @@ const attngen_status registered = attngen_register_@NAME@();
   target_link_libraries(${NAME} INTERFACE $<TARGET_OBJECTS:${NAME}_register>)
 endfunction()
 
-# Each kernel's lowered Halide statement (NAME.stmt, beside its .s) is for reading a schedule's
-# loops; writing it took up to a third of a small kernel's generation, so it is asked for
-# (-DATTNGEN_KERNEL_STMT=ON, or one kernel by the generator's command line: docs/variants.md).
+# Each kernel's lowered Halide statement (NAME.stmt) is for reading a schedule's loops, and its
+# assembly (NAME.s, with LLVM's loop and spill comments: bench/arm_loops.py) for reading its code;
+# writing them took up to a third and a fifth of a small kernel's generation, so they are asked
+# for (-DATTNGEN_KERNEL_STMT=ON, -DATTNGEN_KERNEL_ASM=ON, or one kernel by the generator's
+# command line: docs/variants.md). The assembly tests disassemble the objects instead.
 option(ATTNGEN_KERNEL_STMT "Write each kernel's Halide statement (.stmt) for inspection" OFF)
+option(ATTNGEN_KERNEL_ASM "Write each kernel's assembly (.s) for inspection" OFF)
 
 # ATTNGEN_KERNELS_FROM: another build tree of this architecture whose kernels, made by the same
 # generator from the same variants and tuning files, this tree links instead of generating them
@@ -221,17 +224,19 @@ function(_attngen_copied_kernel NAME RUNTIME OUT)
   endif ()
   set(sources "")
   set(outputs "")
-  foreach (f IN ITEMS "${code}" "${NAME}.h" "${NAME}.s")
+  foreach (f IN ITEMS "${code}" "${NAME}.h")
     if (NOT EXISTS "${from}/${f}")
       return()
     endif ()
     list(APPEND sources "${from}/${f}")
     list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${f}")
   endforeach ()
-  if (EXISTS "${from}/${NAME}.stmt")
-    list(APPEND sources "${from}/${NAME}.stmt")
-    list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${NAME}.stmt")
-  endif ()
+  foreach (f IN ITEMS "${NAME}.s" "${NAME}.stmt")  # where that tree wrote them
+    if (EXISTS "${from}/${f}")
+      list(APPEND sources "${from}/${f}")
+      list(APPEND outputs "${CMAKE_CURRENT_BINARY_DIR}/${f}")
+    endif ()
+  endforeach ()
   add_custom_command(OUTPUT ${outputs}
                      COMMAND ${CMAKE_COMMAND} -E copy ${sources} "${CMAKE_CURRENT_BINARY_DIR}"
                      DEPENDS ${sources}
@@ -297,6 +302,10 @@ function(attngen_add_kernel NAME)
     if (ATTNGEN_KERNEL_STMT OR ATTNGEN_V_ISA STREQUAL "cuda")
       set(stmt STMT ${NAME}_stmt)
     endif ()
+    set(assembly "")
+    if (ATTNGEN_KERNEL_ASM)
+      set(assembly ASSEMBLY ${NAME}_asm)
+    endif ()
     add_halide_library(${NAME} FROM ${ATTNGEN_GENERATOR}
                        GENERATOR ${ATTNGEN_V_GENERATOR}
                        FUNCTION_NAME ${NAME}
@@ -304,8 +313,7 @@ function(attngen_add_kernel NAME)
                        FEATURES user_context
                        USE_RUNTIME ${runtime}
                        PARAMS "variant=${ATTNGEN_V_VARIANT}"
-                       ASSEMBLY ${NAME}_asm
-                       ${stmt})
+                       ${assembly} ${stmt})
     set_property(GLOBAL APPEND PROPERTY ATTNGEN_KERNELS_GENERATED_HERE ${NAME})
   endif ()
 
