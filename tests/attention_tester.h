@@ -196,6 +196,10 @@ class AttentionTester {
  private:
   // The buffers and options of one Test(); the tensors point into it, so it stays in place.
   struct Call;
+  // A run's outputs, dense (weights and log-sum-exp empty where not asked for).
+  struct Outputs {
+    std::vector<double> out, weights, lse;
+  };
 
   // The steps of Test(), in order.
   void make_inputs(Call& c, std::mt19937_64& rng) const;
@@ -212,9 +216,9 @@ class AttentionTester {
   bool has_own_kernel(const std::string& isa, attngen_dtype dtype) const;
   void choose_dtypes(Call& c, const attngen_kernel_info* kernel) const;
   void compute_reference(Call& c) const;
-  void compare_with_reference(const Call& c) const;
-  void check_weights(const Call& c) const;
-  void check_lse(const Call& c) const;
+  void compare_with_reference(const Call& c, const Outputs& got) const;
+  void check_weights(const Call& c, const std::vector<double>& got) const;
+  void check_lse(const Call& c, const std::vector<double>& got) const;
   void check_gaps(const Call& c) const;
 
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, sq_ = 1, skv_ = 1, dqk_ = 64, dv_ = 64, pad_ = 0;
