@@ -445,8 +445,11 @@ struct PlainRope {
   PlainRope(const PlainRope&) = delete;
 };
 
+// page_slots > 0: a paged cache of pages of that many slots, exactly as many as the sequences
+// need, filled once and reset before the timed cache's append, so that each sequence's pages come
+// in descending order (no two consecutive pages adjacent in memory).
 void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
-                attngen_dtype dtype, bool roofline, bool rope = false) {
+                attngen_dtype dtype, bool roofline, bool rope = false, int64_t page_slots = 0) {
   const PlainRope plain(s.d);
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   if (rope) o.rope = &plain.rope;
@@ -456,6 +459,7 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
   o.heads_kv = s.hkv;
   o.head_dim_qk = s.d;
   o.capacity = s.skv;
+  o.page_slots = page_slots;
   attngen_kv_cache* cache = nullptr;
   if (attngen_kv_cache_create(&o, &cache) != ATTNGEN_OK) {
     state.SkipWithError(attngen_last_error());
@@ -472,8 +476,11 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
   attngen_decode_options opt = attngen_decode_options_default();
   opt.kv_splits = kv_splits;
   if (threads != 0) attngen_set_num_threads(std::max(threads, 0));
-  if (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
-      attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+  if (page_slots > 0 && (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
+                         attngen_kv_cache_reset(cache, -1) != ATTNGEN_OK)) {
+    state.SkipWithError(attngen_last_error());
+  } else if (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
+             attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
     state.SkipWithError(attngen_last_error());
   } else {
     state.SetLabel(attngen_last_kernel());
@@ -523,6 +530,11 @@ void decode(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threa
 
 void decode_roofline(benchmark::State& state, DecodeShape s, attngen_dtype dtype) {
   decode_run(state, s, 0, 0, dtype, true);
+}
+
+// The same decode over a contiguous cache (page_slots 0) and over pages (paged_decode/ below).
+void decode_paged(benchmark::State& state, DecodeShape s, attngen_dtype dtype, int64_t page_slots) {
+  decode_run(state, s, 0, 0, dtype, false, false, page_slots);
 }
 
 // The cost of a rope (attngen.h, "Rotary position embeddings"): the same call with and without
@@ -705,6 +717,21 @@ void register_decode() {
       for (const char* way : {"none", "rope"}) {
         add(std::string("rope_cost/decode/") + word + "/" + describe(s) + "/" + way, decode_rope, s,
             dtype, std::string(way) == "rope");
+      }
+    }
+  }
+  // Decode over pages of 16 and 128 slots against a contiguous cache (decode_paged above), the
+  // cache dtypes that page (an I8 cache is contiguous), Llama's heads over 2048 and 8192 cached
+  // positions (bench/way_pairs.py).
+  for (const auto& [dtype, word] : dtypes) {
+    if (dtype == ATTNGEN_I8) continue;
+    for (int64_t keys : {2048, 8192}) {
+      DecodeShape s = llama;
+      s.skv = keys;
+      for (int64_t page_slots : {0, 16, 128}) {
+        add(std::string("paged_decode/") + word + "/" + describe(s) + "/" +
+                (page_slots == 0 ? std::string("contiguous") : "P" + std::to_string(page_slots)),
+            decode_paged, s, dtype, page_slots);
       }
     }
   }
@@ -1346,11 +1373,12 @@ void overhead_decode(benchmark::State& state, Through through) {
   }
   const attngen_kernel_info* kernel = attngen_find_kernel(attngen_last_kernel());
   using attngen::rt::HalideView;
-  HalideView hq, hk, hv, ho, hl, hn;
+  HalideView hq, hk, hv, ho, hl, hn, ht;
   attngen::rt::make_view(hq, tq);
   attngen::rt::make_view(ho, to);
-  attngen::rt::make_view(hk, attngen::rt::cache_layer(*cache, 0, false, kCached));
-  attngen::rt::make_view(hv, attngen::rt::cache_layer(*cache, 0, true, kCached));
+  attngen::rt::make_view(hk, attngen::rt::cache_layer(*cache, 0, false));
+  attngen::rt::make_view(hv, attngen::rt::cache_layer(*cache, 0, true));
+  attngen::rt::make_view(ht, attngen::rt::cache_table(*cache));
   int32_t kv_len = kCached, q_len = 1;
   const int64_t one = 1;
   attngen::rt::make_view(hl, attngen_tensor_contiguous(&kv_len, ATTNGEN_I32, 1, &one));
@@ -1367,6 +1395,9 @@ void overhead_decode(benchmark::State& state, Through through) {
   args.capacity = static_cast<int32_t>(co.capacity);
   args.window = -1;
   args.split_keys = kCached;
+  args.units = kCached;  // (an F32 cache: slots)
+  args.page_shift = cache->page_shift;
+  args.block_table = &ht.buf;
   attngen_decode_data data = attngen_decode_data_default();
   data.q = q.data();
   data.out = o.data();

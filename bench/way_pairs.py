@@ -2,13 +2,15 @@
 """bench/way_pairs.py: ways of doing one call against a base way, ratios within one process.
 
 Runs attngen_bench's <family>/.../<way> benchmarks (bench/attention_bench.cpp: rope_cost/,
-whose ways are none and rope; varlen/, packed and dense_S<n>) in `--rounds` processes; in each,
+whose ways are none and rope; varlen/, packed and dense_S<n>; paged_decode/, contiguous and
+P<page slots>) in `--rounds` processes; in each,
 the ways of a case run seconds apart, so each ratio is taken within one process (the machine's
 drift cancels). Times are per attended pair where the benchmark counts them (counter `pairs`).
 Prints each round's times and, per case and way, the median, quartiles and range of way / base.
 
   python3 bench/way_pairs.py build/ci rope_cost --base none --rounds 6
   python3 bench/way_pairs.py build/ci varlen --base dense_S1024 --rounds 6
+  python3 bench/way_pairs.py build/ci paged_decode --base contiguous --rounds 6
 """
 
 import argparse

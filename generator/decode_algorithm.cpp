@@ -154,26 +154,56 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // holds (the cache tracks every append), and masked by their weights, 0, in pv_term otherwise.
   const Expr last_group = in.slots / kSlotGroup - 1;
   const Expr slot_group = clamp(s / kSlotGroup, 0, last_group);
+  // Where slot (an f32 cache) or group of 16 slots (a grouped one) x of sequence b is stored:
+  // at x mod the page's units in page block_table(x / the page's units, b) of the pool
+  // (DecodeInputs), or, where the table has one entry per sequence (one_page: a contiguous
+  // cache), at x of page b. The runtime's table names a page of the pool in every entry the
+  // filled slots reach, and a page's units fit the pool's dim 1 (the clamps bound a range of
+  // keys' reads by the pool). one_page keeps a contiguous cache's reads as they were: no table
+  // read in the inner loops, and one key's K and V bounded by that key (Halide bounds a shift or
+  // mask by a run-time amount, and a table read, by a range), which the schedules' prefetches,
+  // specialised on one_page, take as the key's address. An i8 cache is read as one page per
+  // sequence only (the runtime pages f32, f16 and bf16 caches): with its q.k's lanes of 4 keys x
+  // 4 bytes, Halide 14 computed the page per lane, or failed in FlattenNestedRamps
+  // (docs/decisions/paged-kv.md).
+  const Expr unit_shift = grouped ? in.page_shift - 4 : in.page_shift;  // kSlotGroup = 2^4
+  f.one_page = quantised ? Expr(true) : in.table_pages == 1;
+  const auto page_of = [&](const Expr& x) -> Expr {
+    // (b clamped too: bounds inference takes both sides, and a pool may have fewer pages than
+    // the call has sequences.)
+    const Expr own = clamp(b, 0, in.pages - 1);
+    if (quantised) return own;
+    const Expr entry = clamp(x >> unit_shift, 0, in.table_pages - 1);
+    return select(f.one_page, own, clamp(in.block_table(entry, b), 0, in.pages - 1));
+  };
+  const auto in_page = [&](const Expr& x) -> Expr {
+    if (quantised) return x;
+    return select(f.one_page, x, clamp(x & ((Expr(1) << unit_shift) - 1), 0, in.page_extent - 1));
+  };
   const Expr dv_stored = spec.generic ? in.dv : Expr(spec.head_dim_v);  // V's elements a slot
   if (quantised) {
-    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
+    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), in_page(slot_group),
+                                   hk, page_of(slot_group));
     const Var e("e"), g("g");
     f.v_bytes = Func("v_bytes");
-    f.v_bytes(e, g, hk, b) = in.v(e, clamp(g, 0, last_group), hk, b);
+    const Expr v_group = clamp(g, 0, last_group);
+    f.v_bytes(e, g, hk, b) = in.v(e, in_page(v_group), hk, page_of(v_group));
     // (The group as s / 4 / 4: for a vector of 4 keys from a multiple of 4, one scalar.)
     f.v_stored(d, s, hk, b) = f.v_bytes(group_v_offset(dv, Expr(s), dv_stored, pack),
                                         s / kI8DotBytes / (kSlotGroup / kI8DotBytes), hk, b);
   } else if (grouped) {
-    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), slot_group, hk, b);
+    f.k_stored(d, s, hk, b) = in.k(group_k_offset(dq, s % kSlotGroup, pack), in_page(slot_group),
+                                   hk, page_of(slot_group));
     // V by (slot of the group, group), the group clamped to the last one filled (P.V below).
     const Var j("j"), g("g");
     f.v_rows = Func("v_rows");
-    f.v_rows(d, j, g, hk, b) = in.v(group_v_offset(dv, Expr(j), dv_stored, pack),
-                                    clamp(g, 0, last_slot / kSlotGroup), hk, b);
+    const Expr v_group = clamp(g, 0, last_slot / kSlotGroup);
+    f.v_rows(d, j, g, hk, b) =
+        in.v(group_v_offset(dv, Expr(j), dv_stored, pack), in_page(v_group), hk, page_of(v_group));
     f.v_stored(d, s, hk, b) = f.v_rows(d, s % kSlotGroup, s / kSlotGroup, hk, b);
   } else {
-    f.k_stored(d, s, hk, b) = in.k(dq, slot, hk, b);
-    f.v_stored(d, s, hk, b) = in.v(dv, slot, hk, b);
+    f.k_stored(d, s, hk, b) = in.k(dq, in_page(slot), hk, page_of(slot));
+    f.v_stored(d, s, hk, b) = in.v(dv, in_page(slot), hk, page_of(slot));
   }
   f.k = Func("k_slots");
   f.k(d, s, hk, b) = pad(in.dqk, cached_as_f32(f.k_stored(d, s, hk, b), spec));
@@ -187,11 +217,13 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
     // scales of slots past the filled ones are 0 (stale ones may be NaN, and their keys' weights
     // are 0); their K scales are dropped with their scores.
     f.k_scale = Func("k_scale");
-    f.k_scale(s, hk, b) = in.kv_scales(group_scale_offset(0, s % kSlotGroup), slot_group, hk, b);
+    f.k_scale(s, hk, b) = in.kv_scales(group_scale_offset(0, s % kSlotGroup), in_page(slot_group),
+                                       hk, page_of(slot_group));
     f.v_scale = Func("v_scale");
-    f.v_scale(s, hk, b) =
-        select(s <= last_slot,
-               in.kv_scales(group_scale_offset(1, s % kSlotGroup), slot_group, hk, b), 0.0f);
+    f.v_scale(s, hk, b) = select(s <= last_slot,
+                                 in.kv_scales(group_scale_offset(1, s % kSlotGroup),
+                                              in_page(slot_group), hk, page_of(slot_group)),
+                                 0.0f);
   }
 
   // Slot s holds the newest position p < kv_len with p = s (mod capacity); with kv_len <=

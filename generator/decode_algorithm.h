@@ -2,7 +2,8 @@
 // decoding"), written once for every target; schedules are in schedules/.
 //
 // The cache layout the kernel reads is the runtime's storage layout (runtime/src/kv_cache.cpp):
-// per layer [B, Hkv, capacity, Dqk + Dv], each slot's K then its V, so a kv head's keys and
+// per layer a pool of pages [pages, Hkv, page slots, Dqk + Dv] (a contiguous cache: one page
+// of `capacity` slots per sequence), each slot's K then its V, so a kv head's keys and
 // values are one contiguous stream (measured on the 2-core dev machine, paired runs: 0.83 of a
 // plain streaming read, against 0.76 with K and V in separate arrays; bench/RESULTS.md). k and
 // v are views of it, (d, s, hkv, b) in Halide's innermost-first order with slots Dqk + Dv apart
@@ -74,16 +75,25 @@ struct DecodeSpec : DecodeProblem, DecodeForm {
 
 struct DecodeInputs {
   Halide::Func q;  // (d, h, i, b) the new queries, BSHD
-  // (d, s, hkv, b) the cache slots of one layer, of spec.kv_type; an i8, f16 or bf16 cache's
-  // (element, group, hkv, b), its groups' K and V parts (core/kv_layout.h)
+  // The cache's pages of one layer, of spec.kv_type: (d, slot of the page, hkv, page); an i8,
+  // f16 or bf16 cache's (element, group of the page, hkv, page), its groups' K and V parts
+  // (core/kv_layout.h). Slot s of sequence b lives at s mod 2^page_shift of page
+  // block_table(s >> page_shift, b); a contiguous cache is one page per sequence
+  // (docs/decisions/paged-kv.md).
   Halide::Func k, v;
-  // (e, group, hkv, b) f32, i8 caches only: a group's K scales, then its V scales
+  // (e, group of the page, hkv, page) i8 caches only: a group's K scales, then its V scales
   // (core/kv_layout.h, group_scale_offset)
   Halide::Func kv_scales;
-  Halide::Func kv_len;  // (b) positions in the cache (after the append of the new tokens)
-  Halide::Func q_len;   // (b) real query rows of sequence b (<= seq_q)
-  // slots: extent of k and v along s (an i8 cache: whole groups of slots, padding past the
-  // capacity included)
+  // (entry, b) I32: sequence b's pages in order; of one entry: sequence b is page b
+  Halide::Func block_table;
+  Halide::Expr page_shift;   // log2 of a page's slots (>= 4: whole groups of 16)
+  Halide::Expr page_extent;  // extent of k's dim 1: the slots (groups) a page's storage holds
+  Halide::Expr pages;        // extent of k's dim 3: the pool's pages
+  Halide::Expr table_pages;  // extent of block_table's dim 0
+  Halide::Func kv_len;       // (b) positions in the cache (after the append of the new tokens)
+  Halide::Func q_len;        // (b) real query rows of sequence b (<= seq_q)
+  // slots: the slots the call reads, the same for every sequence (a grouped cache: whole groups
+  // of slots, padding past the capacity included)
   Halide::Expr seq_q, slots, heads_q, heads_kv;
   Halide::Expr capacity;  // ring size: slot of position p is p mod capacity (>= slots)
   Halide::Expr window;    // left window L (p - L <= key position), or < 0 for none
@@ -139,6 +149,8 @@ struct DecodeFuncs {
   Halide::Func sum;               // (r, hk, b)
   Halide::Func acc;               // (d, r, hk, b)
   Halide::Func out;               // (d, h, i, b) normalised, 0 for rows that attend nothing
+  Halide::Expr one_page;          // every sequence one page (a contiguous cache): what the
+                                  // schedules' prefetches specialise on (decode_algorithm.cpp)
   Halide::Expr rows;              // g * seq_q: extent of r
   Halide::Expr whole_blocks;      // the slots read fill at least one key block (undefined where
                                   // every block is whole)

@@ -30,9 +30,16 @@ class Decode : public Generator<Decode> {
   Input<int32_t>* window = nullptr;             // left window, < 0: none
   Input<float>* scale = nullptr;                // usually 1/sqrt(Dqk)
   Input<int32_t>* split_keys = nullptr;         // keys per split-KV partial, >= 1
-  Input<Buffer<>>* k = nullptr;                 // (d, s, hkv, b) of the cache's type
-  Input<Buffer<>>* v = nullptr;                 // (dv, s, hkv, b) of the cache's type
-  // An i8 cache only: (c, s, hkv, b), K's scale (c = 0) and V's (c = 1) of each slot.
+  // The slots read, the longest sequence's, in the cache's units: slots, or a grouped cache's
+  // groups of 16 slots (an opaque count of groups keeps the group of 16 keys of a vector one
+  // scalar in Halide's simplification; a count of slots rounded up to groups did not).
+  Input<int32_t>* units = nullptr;
+  Input<int32_t>* page_shift = nullptr;  // log2 of a page's slots (>= 4)
+  // (entry, b): sequence b's pages in order (one entry per sequence: sequence b is page b)
+  Input<Buffer<int32_t, 2>>* block_table = nullptr;
+  Input<Buffer<>>* k = nullptr;  // (d, slot of the page, hkv, page) of the cache's type
+  Input<Buffer<>>* v = nullptr;  // (dv, slot of the page, hkv, page) of the cache's type
+  // An i8 cache only: (e, group of the page, hkv, page), its groups' K scales, then V scales.
   Input<Buffer<float, 4>>* kv_scales = nullptr;
   // Whether no V element of the layer is NaN or infinite (the cache tracks its appends): then
   // P.V multiplies as it is (generator/online_softmax.h, pv_term).
@@ -49,6 +56,9 @@ class Decode : public Generator<Decode> {
     window = add_input<int32_t>("window");
     scale = add_input<float>("scale");
     split_keys = add_input<int32_t>("split_keys");
+    units = add_input<int32_t>("units");
+    page_shift = add_input<int32_t>("page_shift");
+    block_table = add_input<Buffer<int32_t, 2>>("block_table");
     k = add_input<Buffer<>>("k", kv_type, 4);
     v = add_input<Buffer<>>("v", kv_type, 4);
     if (v_.kv_dtype == attngen::DType::kI8) kv_scales = add_input<Buffer<float, 4>>("kv_scales");
@@ -89,7 +99,12 @@ class Decode : public Generator<Decode> {
     const bool i8 = v_.kv_dtype == attngen::DType::kI8;
     const bool grouped = v_.kv_dtype != attngen::DType::kF32;
     const int pack = attngen::group_pack(spec.kv_type.bytes());
-    in.slots = grouped ? k->dim(1).extent() * attngen::kSlotGroup : k->dim(1).extent();
+    in.slots = grouped ? *units * attngen::kSlotGroup : Expr(*units);
+    in.block_table = *block_table;
+    in.page_shift = *page_shift;
+    in.page_extent = k->dim(1).extent();
+    in.pages = k->dim(3).extent();
+    in.table_pages = block_table->dim(0).extent();
     in.heads_kv = k->dim(2).extent();
     in.capacity = *capacity;
     in.window = *window;
@@ -141,6 +156,9 @@ class Decode : public Generator<Decode> {
     window->set_estimate(-1);
     scale->set_estimate(0.125f);
     split_keys->set_estimate(kSlots / 8);
+    units->set_estimate(slot_estimate);
+    page_shift->set_estimate(12);  // one page of kSlots
+    block_table->set_estimates({{0, 1}, {0, E::kBatch}});
     out->set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
 
     // The kernel writes `out` directly: schedule f.out as the output stage.

@@ -54,6 +54,12 @@ int divisor_at_most(int n, int limit) {
 // group of 16 keys (16 32-bit lanes) is one vector (below); where it takes several (NEON's 4),
 // those are the chains in flight, and two partial sums would double the accumulators of a row
 // tile past the registers (4 rows x 4 vectors x 2 spilled on aarch64).
+// The stage's specialisation where every sequence is one page (DecodeFuncs::one_page), where a
+// prefetch's box is the key's K or V; the stage itself where the kernel reads one page only.
+Stage one_page(Stage stage, const DecodeFuncs& f) {
+  return Halide::Internal::is_const_one(f.one_page) ? stage : stage.specialize(f.one_page);
+}
+
 int i8_dot_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 2 ? 1 : 2; }
 
 // 16-bit q.k: partial sums per row over alternate elements of the head dim where a group of
@@ -161,7 +167,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
       const int per_iteration = decode_line_bytes(spec, info) / spec.kv_type.bytes();  // elements
       const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
-      dot_rf.update().prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
+      one_page(dot_rf.update(), f)
+          .prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   };
   if (spec.int8_dot != Int8Dot::kNone) {
@@ -216,8 +223,9 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(r)
         .unroll(s4o);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
-                            PrefetchBoundStrategy::NonFaulting);
+      one_page(dot.update(), f)
+          .prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
+                    PrefetchBoundStrategy::NonFaulting);
     }
   } else if (spec.kv_type.bits() == 16) {
     // An f16 or bf16 cache (grouped K, core/kv_layout.h): the keys in the lanes. Per group
@@ -244,8 +252,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // Halide's prefetch of K's box there, made a prefetch of every line of the slot's K by
     // prefetch_lines_pass (which the generator adds to the pipeline).
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      dot.update().prefetch(f.k_cache, so, so, t.prefetch_slots,
-                            PrefetchBoundStrategy::NonFaulting);
+      one_page(dot.update(), f)
+          .prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
     }
     const int d_vectors = spec.head_dim_qk / qk_lanes;
     dot_rf.compute_at(dot, si).reorder_storage(u, s, r, hk, b).bound_storage(r, rows);
@@ -369,7 +377,15 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     pv_update.vectorize(vi).unroll(vp).unroll(pi);
     if (t.prefetch_slots > 0 && f.v_cache.defined()) {
       const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
-      pv_update.prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
+      // Halide takes a stage's first specialisation whose condition holds: the one-page one
+      // (here) would shadow schedule_decode's finite-V one (below) for every contiguous cache,
+      // whose P.V would then test each product. So one page with a finite V first.
+      if (!f.probs_scaled.defined() && !Halide::Internal::is_const_one(f.one_page)) {
+        pv_update.specialize(f.one_page && f.v_finite)
+            .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
+      }
+      one_page(pv_update, f)
+          .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   }
 

@@ -169,6 +169,29 @@ TEST_P(DecodeKernel, EdgeLengths) {
   }
 }
 
+// A paged cache (attngen.h): pages taken in no order from a pool that held other sequences'
+// data, lengths around a page (P - 1, P, P + 1 and across several), GQA, a split that crosses
+// pages, an empty sequence in the batch, a window crossing pages, several queries a step.
+TEST_P(DecodeKernel, PagedCache) {
+  if (GetParam()->dtypes.cache == ATTNGEN_I8) {
+    GTEST_SKIP() << "an I8 cache is contiguous (docs/decisions/paged-kv.md)";
+  }
+  base(3, 4, 2).paged(16).scattered_pages().cached({15, 16, 17}).steps(2).Test(GetParam());
+  base(3, 8, 2)
+      .paged(32, 9)
+      .scattered_pages()
+      .prefill({40, 0, 7})
+      .new_tokens(5)
+      .lengths({70, 0, 33})
+      .kv_splits(3)
+      .Test(GetParam());
+  base(2, 3, 1).paged(16).scattered_pages().window(20).cached(50).new_tokens(3).steps(3).Test(
+      GetParam());
+  base(1, 4, 4).paged(128).cached(200).new_tokens(2).steps(2).Test(GetParam());
+  // A capacity within one page (its sequences' pages any, the tables' second entries unused).
+  base(2, 4, 2).paged(64).scattered_pages().cached(40).steps(2).Test(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Builtin, DecodeKernel, ::testing::ValuesIn(decode_kernels()), kernel_name);
 
 // ---- The MHA layer, one decode step at a time, against attngen_mha() over the whole sequence.

@@ -119,6 +119,8 @@ std::string DecodeTester::describe() const {
   }
   if (window_ >= 0) s += " window " + std::to_string(window_);
   if (capacity_) s += " capacity " + std::to_string(capacity_);
+  if (page_slots_) s += " paged " + std::to_string(page_slots_) + "/" + std::to_string(pages_);
+  if (scattered_) s += " scattered";
   if (layers_ != 1) s += " layer " + std::to_string(layer_) + "/" + std::to_string(layers_);
   s += " splits " + std::to_string(kv_splits_);
   if (pad_) s += " padded";
@@ -149,6 +151,8 @@ void DecodeTester::Test(const attngen_kernel_info* kernel) const {
   if (fatal()) return;
   make_sequences(r, rng);
   create_cache(r);
+  if (fatal()) return;
+  if (scattered_) scatter_pages(r, rng);
   if (fatal()) return;
   fill_prefix(r, rng);
   if (fatal()) return;
@@ -187,7 +191,8 @@ void DecodeTester::plan(Run& r) const {
   int64_t per_call = new_tokens_;
   if (attend_prefix_)
     per_call = std::max(per_call, *std::max_element(r.prefix.begin(), r.prefix.end()));
-  r.capacity = capacity_ > 0 ? capacity_ : window_ >= 0 ? window_ + per_call : r.longest;
+  const bool ring = window_ >= 0 && page_slots_ == 0;
+  r.capacity = capacity_ > 0 ? capacity_ : ring ? window_ + per_call : r.longest;
   r.len.assign(at(batch_), 0);
   r.first_attended.assign(at(batch_), -1);
   r.got.assign(at(batch_), {});
@@ -308,6 +313,8 @@ void DecodeTester::create_cache(Run& r) const {
   o.capacity = r.capacity;
   o.window = window_;
   o.dtype = cache_dtype_;
+  o.page_slots = page_slots_;
+  o.pages = pages_;
   const int64_t half = static_cast<int64_t>(r.inv_freq.size());
   const attngen_tensor freq = attngen_tensor_contiguous(r.inv_freq.data(), ATTNGEN_F32, 1, &half);
   attngen_rope rope = attngen_rope_default();
@@ -318,10 +325,36 @@ void DecodeTester::create_cache(Run& r) const {
   ASSERT_EQ(attngen_kv_cache_create(&o, &r.cache), ATTNGEN_OK) << attngen_last_error();
 }
 
+// Other random K and V in every sequence of the layer (the pool's pages shared out evenly, each
+// page at least partly filled), then the sequences reset in a random order, so that the free
+// pages come back in no order and hold finite stale data.
+void DecodeTester::scatter_pages(Run& r, std::mt19937_64& rng) const {
+  ASSERT_GT(page_slots_, 0) << "scattered_pages() needs paged()";
+  int64_t pool = -1;
+  ASSERT_EQ(attngen_kv_cache_free_pages(r.cache, &pool), ATTNGEN_OK);
+  const int64_t per_sequence =
+      std::min(pool / batch_, (r.capacity + page_slots_ - 1) / page_slots_);
+  const int64_t n = std::min(r.capacity, per_sequence * page_slots_);
+  if (n <= 0) return;
+  Storage k({batch_, n, hkv_, dqk_}, 0), v({batch_, n, hkv_, dv_}, 0);
+  k.fill_random(rng, -4.0, 4.0);
+  v.fill_random(rng, -4.0, 4.0);
+  ASSERT_EQ(attngen_kv_cache_append(r.cache, layer_, &k.t, &v.t, nullptr), ATTNGEN_OK)
+      << attngen_last_error();
+  std::vector<int64_t> order(at(batch_));
+  for (int64_t b = 0; b < batch_; ++b) order[at(b)] = b;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t b : order) ASSERT_EQ(attngen_kv_cache_reset(r.cache, b), ATTNGEN_OK);
+  int64_t free_after = -1;
+  ASSERT_EQ(attngen_kv_cache_free_pages(r.cache, &free_after), ATTNGEN_OK);
+  EXPECT_EQ(free_after, pool) << "pages lost by the resets";
+}
+
 // A prompt in one call, attended; or cached tokens, appended only (a ring buffer in appends of
 // at most capacity - window tokens).
 void DecodeTester::fill_prefix(Run& r, std::mt19937_64& rng) const {
-  const int64_t limit = window_ >= 0 ? r.capacity - window_ : r.capacity;
+  const bool ring = window_ >= 0 && page_slots_ == 0;
+  const int64_t limit = ring ? r.capacity - window_ : r.capacity;
   while (true) {
     std::vector<int32_t> counts(at(batch_));
     for (int64_t b = 0; b < batch_; ++b) {
@@ -424,6 +457,7 @@ void DecodeTester::compare_with_reference(const Run& r) const {
   std::vector<double> all_got, all_want;
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t n = r.lengths[at(b)], first = r.first_attended[at(b)];
+    if (n == 0) continue;  // an empty sequence of the batch (its rows were checked as 0)
     ASSERT_GE(first, 0) << "sequence " << b << " was never attended";
     const Storage& q = rope_ ? r.q_rot : unrounded_q_ ? r.q_ref : r.q;
     const Storage& k = rope_ ? r.k_rot : r.k;

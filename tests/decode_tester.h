@@ -151,6 +151,21 @@ class DecodeTester {
     pairs_ = pairs;
     return *this;
   }
+  // A paged cache of pages of `page_slots` slots (attngen.h), `pages` in its pool (0: every
+  // sequence's capacity). A window then masks (no ring buffer): the capacity defaults to the
+  // longest sequence.
+  DecodeTester& paged(int64_t page_slots, int64_t pages = 0) {
+    page_slots_ = page_slots;
+    pages_ = pages;
+    return *this;
+  }
+  // Before the test's appends, every sequence of the used layer is filled with other random K
+  // and V (as many pages each as the pool allows) and reset, in a random order: the test's
+  // sequences then hold pages in no particular order, which held another sequence's data.
+  DecodeTester& scattered_pages() {
+    scattered_ = true;
+    return *this;
+  }
   // Where Test() reports the error it measured (relative L2, max abs / max|V|).
   DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
     report_rel_ = rel_l2;
@@ -179,6 +194,7 @@ class DecodeTester {
   void make_sequences(Run& r, std::mt19937_64& rng) const;
   void make_rotated(Run& r, std::mt19937_64& rng) const;
   void create_cache(Run& r) const;
+  void scatter_pages(Run& r, std::mt19937_64& rng) const;
   void fill_prefix(Run& r, std::mt19937_64& rng) const;
   void step(Run& r, const std::vector<int32_t>& counts, bool attend, std::mt19937_64& rng) const;
   void append(Run& r, const std::vector<int32_t>& counts, const Storage& k, const Storage& v) const;
@@ -194,7 +210,8 @@ class DecodeTester {
   int32_t kv_splits_ = 0;
   attngen_dtype cache_dtype_ = ATTNGEN_F32, input_dtype_ = ATTNGEN_F32;
   bool raw_ = false, realistic_ = false, nonfinite_ = false, tiny_ = false, unrounded_q_ = false;
-  bool zero_q_rows_ = false, rope_ = false;
+  bool zero_q_rows_ = false, rope_ = false, scattered_ = false;
+  int64_t page_slots_ = 0, pages_ = 0;
   int64_t rotary_dim_ = 0;
   attngen_rope_pairs pairs_ = ATTNGEN_ROPE_HALF;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;

@@ -209,7 +209,8 @@ LlamaModel LlamaModel::load_dir(const std::string& dir) {
               load_llama_config(dir + "/config.json"));
 }
 
-Session::Session(const LlamaModel& model, int64_t batch, int64_t capacity, int64_t max_step)
+Session::Session(const LlamaModel& model, int64_t batch, int64_t capacity, int64_t max_step,
+                 int64_t page_slots)
     : model_(model), batch_(batch), lengths_(at(batch), 0) {
   const LlamaConfig& c = model.config();
   const int64_t half = c.rotary_dim / 2;
@@ -226,10 +227,11 @@ Session::Session(const LlamaModel& model, int64_t batch, int64_t capacity, int64
   o.head_dim_qk = c.head_dim;
   o.capacity = capacity;
   o.rope = &rope;  // copied by the cache
-  if (c.sliding_window > 0) {
-    // A query sees itself and the sliding_window - 1 positions before it: a ring of those and
-    // of the most one step appends.
-    o.window = c.sliding_window - 1;
+  o.page_slots = page_slots;
+  // A query sees itself and the sliding_window - 1 positions before it: a contiguous cache keeps
+  // a ring of those and of the most one step appends.
+  if (c.sliding_window > 0) o.window = c.sliding_window - 1;
+  if (c.sliding_window > 0 && page_slots == 0) {
     o.capacity = std::min(capacity, o.window + std::max<int64_t>(max_step, 1));
     o.capacity = std::max(o.capacity, o.window + 1);
   }

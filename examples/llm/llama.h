@@ -85,9 +85,13 @@ class LlamaModel {
 // Several sequences decoded together: a KV cache of `batch` sequences, each fed tokens in steps.
 class Session {
  public:
-  // Room for `capacity` positions per sequence (with a sliding window: the cache keeps the
-  // window plus the most tokens one step feeds a sequence, `max_step`).
-  Session(const LlamaModel& model, int64_t batch, int64_t capacity, int64_t max_step);
+  // Room for `capacity` positions per sequence. page_slots > 0: the cache keeps them in pages of
+  // that many slots (attngen.h, a paged cache: a sliding window masks); 0: a contiguous cache of
+  // `capacity` slots per sequence (with a sliding window a ring of the window plus the most
+  // tokens one step feeds a sequence, `max_step`).
+  Session(const LlamaModel& model, int64_t batch, int64_t capacity, int64_t max_step,
+          int64_t page_slots = kPageSlots);
+  static constexpr int64_t kPageSlots = 16;
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;

@@ -234,7 +234,8 @@ double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
 // Sequences of random tokens; each prompt fed in one step (together), then the rest one token a
 // step: every position's logits, per sequence, against the reference's.
 void expect_cached_decoding_matches(const RandomModel& m, const std::vector<int64_t>& prompt_lens,
-                                    int64_t steps, uint64_t seed) {
+                                    int64_t steps, uint64_t seed,
+                                    int64_t page_slots = Session::kPageSlots) {
   const LlamaModel model = load(m);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(m.c.vocab_size) - 1);
@@ -245,7 +246,7 @@ void expect_cached_decoding_matches(const RandomModel& m, const std::vector<int6
     for (int64_t i = 0; i < prompt_lens[at(b)] + steps; ++i) seqs[at(b)].push_back(token(rng));
     longest = std::max(longest, prompt_lens[at(b)]);
   }
-  Session session(model, batch, longest + steps, longest);
+  Session session(model, batch, longest + steps, longest, page_slots);
   const int64_t V = m.c.vocab_size;
   std::vector<std::vector<double>> got(at(batch));
   std::vector<std::vector<int32_t>> feed(at(batch));
@@ -351,10 +352,12 @@ TEST(Llm, GroupedQueryCachedDecodingMatchesReference) {
   expect_cached_decoding_matches(m, {5, 9, 1}, 6, seed());
 }
 
-// A window shorter than the prompts: the cache keeps a ring of the window and one step's tokens.
+// A window shorter than the prompts: over pages, the window masks; a contiguous cache keeps a
+// ring of the window and one step's tokens.
 TEST(Llm, SlidingWindowShorterThanThePrompts) {
   const RandomModel m = make_model(config_json(4, 4, 16, 5, false, true), false, seed());
   expect_cached_decoding_matches(m, {11, 7}, 9, seed());
+  expect_cached_decoding_matches(m, {11, 7}, 9, seed(), 0);
 }
 
 // Llama 3's rope scaling at positions past its original context, q/k/v biases (Qwen2), tied
@@ -375,7 +378,7 @@ TEST(Llm, CachedEqualsFullRecompute) {
   for (int i = 0; i < 20; ++i) ids.push_back(token(rng));
   Session whole(model, 1, 20, 20);
   const std::vector<float> all = whole.step({ids});
-  Session stepwise(model, 1, 20, 8);
+  Session stepwise(model, 1, 20, 8, 0);  // (a contiguous cache, the whole call's on pages)
   std::vector<double> got, want;
   std::vector<float> l = stepwise.step({{ids.begin(), ids.begin() + 8}});
   got.insert(got.end(), l.begin(), l.end());

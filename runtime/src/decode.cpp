@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "core/targets.h"
 #include "runtime/src/kv_cache.h"
 #include "runtime/src/rope.h"
@@ -80,16 +81,17 @@ struct DecodeKernels {
 // q [B, t, Hq, Dqk] over the layer's cached positions (kv_len[b] of each sequence, q_len[b] of
 // its query rows) into out.
 struct DecodeRun {
-  HalideView hq, hk, hv, ho, hl, hn, hs;
+  HalideView hq, hk, hv, ho, hl, hn, hs, ht;
   attngen_kernel_args args{};
   void make(const attngen_kv_cache& cache, int64_t layer, const attngen_tensor& q,
             const attngen_tensor& out, float scale, int32_t* kv_len, int32_t* q_len, int64_t slots,
             int32_t kv_splits) {
     const attngen_kv_cache_options& o = cache.options;
     make_view(hq, q);
-    make_view(hk, cache_layer(cache, layer, false, slots));
-    make_view(hv, cache_layer(cache, layer, true, slots));
-    if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer, slots));
+    make_view(hk, cache_layer(cache, layer, false));
+    make_view(hv, cache_layer(cache, layer, true));
+    if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer));
+    make_view(ht, cache_table(cache));
     make_view(ho, out);
     const int64_t batch = o.batch;
     make_view(hl, attngen_tensor_contiguous(kv_len, ATTNGEN_I32, 1, &batch));
@@ -107,6 +109,10 @@ struct DecodeRun {
     args.capacity = static_cast<int32_t>(o.capacity);
     args.window = static_cast<int32_t>(o.window);
     args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
+    args.units = static_cast<int32_t>(
+        cache.options.dtype == ATTNGEN_F32 ? slots : (slots + kSlotGroup - 1) / kSlotGroup);
+    args.page_shift = cache.page_shift;
+    args.block_table = &ht.buf;
   }
 };
 
@@ -415,7 +421,8 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
       kv_len != nullptr ? scratch.array<float>(c, append_scratch_floats(*cache), "a row") : nullptr;
   if (row == nullptr || !check_decode_options(c, 0.0f, kv_splits) ||
       !prepare_counts(c, counts_tensor, batch, t, counts) ||
-      (mode == CallMode::kRun && !check_append_fits(c, *cache, layer, counts))) {
+      (mode == CallMode::kRun && (!check_append_fits(c, *cache, layer, counts) ||
+                                  !check_pages_free(c, *cache, layer, counts)))) {
     return finish(c, nullptr);
   }
   // Nothing the call reads may lie where it writes: the append writes the layer's storage
@@ -495,7 +502,10 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
     }
   }
   if (run_kernel(c, linear, in_proj.args) != ATTNGEN_OK) return finish(c, nullptr);
-  if (mode == CallMode::kRun) append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
+  if (mode == CallMode::kRun) {
+    take_pages(*cache, layer, counts);
+    append_rows(*cache, layer, head_view(1), head_view(2), counts, row);
+  }
   const attngen_kernel_info* ran = run_decode(c, decode, *cache, layer, head_view(0), queries,
                                               t_attn, 0.0f, counts, kv_len, kv_splits);
   if (!c.ok()) return finish(c, nullptr);
@@ -562,6 +572,7 @@ bool same_cache_shape(Check& c, const attngen_kv_cache_options& planned,
                 {planned.head_dim_v, run.head_dim_v, "head_dim_v"},
                 {planned.capacity, run.capacity, "capacity"},
                 {planned.window, run.window, "window"},
+                {planned.page_slots, run.page_slots, "page_slots"},
                 {static_cast<int64_t>(planned.dtype), static_cast<int64_t>(run.dtype), "dtype"}};
   for (const auto& f : fields) {
     if (f.planned != f.run) {

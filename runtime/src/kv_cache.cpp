@@ -1,9 +1,9 @@
-// The KV cache: storage per layer and sequence in the layout the decode kernels read
-// ([B, Hkv, capacity, Dqk + Dv] per layer: each slot's K, then its V, in an F32 cache; an I8,
-// F16 or BF16 cache's in groups of 16 slots, core/kv_layout.h, and an I8 cache's scales
-// after all layers),
-// lengths per used layer and sequence, appends (converting from F32, F16 or BF16) with full
-// validation before anything is written.
+// The KV cache: storage per layer in pages, in the layout the decode kernels read ([pages, Hkv,
+// page slots, Dqk + Dv] per layer: each slot's K, then its V, in an F32 cache; an I8, F16 or
+// BF16 cache's in groups of 16 slots, core/kv_layout.h, and an I8 cache's scales after all
+// layers; a contiguous cache's pages are its sequences), each sequence's block table, lengths
+// per used layer and sequence, appends (converting from F32, F16 or BF16) with full validation
+// before anything is written.
 #include "runtime/src/kv_cache.h"
 
 #include <algorithm>
@@ -46,13 +46,15 @@ void advise_huge_pages(void* p, size_t bytes) {
 namespace {
 
 constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxPageSlots = 256;
 constexpr size_t kAlignment = 64;
 
 const char* const kKDims[] = {"B", "t", "Hkv", "Dqk"};
 const char* const kVDims[] = {"B", "t", "Hkv", "Dv"};
 const char* const kCountsDims[] = {"B"};
 
-bool ring(const attngen_kv_cache& cache) { return cache.options.window >= 0; }
+// A contiguous cache with a window keeps the last `capacity` positions; a paged one masks.
+bool ring(const attngen_kv_cache& cache) { return cache.options.window >= 0 && !is_paged(cache); }
 
 // A layer's lengths, which reserve_lengths() has allocated.
 int64_t& length_of(attngen_kv_cache& cache, int64_t layer, int64_t b) {
@@ -69,11 +71,15 @@ int64_t element_bytes(const attngen_kv_cache_options& o) {
 int pack_of(const attngen_kv_cache_options& o) {
   return group_pack(static_cast<int>(element_bytes(o)));
 }
-// Slots stored per (layer, sequence, kv head): the capacity, a grouped cache's rounded up to
-// whole groups of slots.
+bool paged(const attngen_kv_cache_options& o) { return o.page_slots > 0; }
+// Slots stored per (layer, page, kv head): a paged cache's page slots; a contiguous cache's
+// capacity, a grouped cache's rounded up to whole groups of slots.
 int64_t stored_slots(const attngen_kv_cache_options& o) {
+  if (paged(o)) return o.page_slots;
   return is_grouped(o) ? padded_slots(o.capacity) : o.capacity;
 }
+// Pages per layer: a contiguous cache's sequences.
+int64_t pages_of(const attngen_kv_cache_options& o) { return paged(o) ? o.pages : o.batch; }
 // Elements of a group's K part, and of a whole group (grouped caches).
 int64_t group_k_of(const attngen_kv_cache_options& o) {
   return group_k_elements(o.head_dim_qk, pack_of(o));
@@ -87,13 +93,13 @@ int64_t slot_bytes(const attngen_kv_cache_options& o) {
   return is_grouped(o) ? group_of(o) * element_bytes(o) / kSlotGroup
                        : (o.head_dim_qk + o.head_dim_v) * element_bytes(o);
 }
-int64_t layer_bytes(const attngen_kv_cache_options& o) {
-  return o.batch * o.heads_kv * stored_slots(o) * slot_bytes(o);
+int64_t page_bytes(const attngen_kv_cache_options& o) {
+  return o.heads_kv * stored_slots(o) * slot_bytes(o);
 }
-// Scales (K's, V's) of one layer of an I8 cache, 2 floats per stored slot.
-int64_t layer_scales(const attngen_kv_cache_options& o) {
-  return o.batch * o.heads_kv * stored_slots(o) * 2;
-}
+int64_t layer_bytes(const attngen_kv_cache_options& o) { return pages_of(o) * page_bytes(o); }
+// Scales (K's, V's) of one page and of one layer of an I8 cache, 2 floats per stored slot.
+int64_t page_scales(const attngen_kv_cache_options& o) { return o.heads_kv * stored_slots(o) * 2; }
+int64_t layer_scales(const attngen_kv_cache_options& o) { return pages_of(o) * page_scales(o); }
 // Byte offset of the scales in the storage: after every layer's K/V, 64-byte aligned.
 size_t scales_offset(const attngen_kv_cache_options& o) {
   const size_t kv = static_cast<size_t>(o.layers * layer_bytes(o));
@@ -123,6 +129,21 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
     return false;
   }
   if (o.head_dim_v == 0) o.head_dim_v = o.head_dim_qk;
+  const int64_t p = o.page_slots;
+  if (p != 0 && (p < kSlotGroup || p > kMaxPageSlots || (p & (p - 1)) != 0)) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  "options.page_slots is " + std::to_string(p) +
+                      ", expected 0 (a contiguous cache) or a power of two from 16 to 256");
+  }
+  if (p == 0 && o.pages != 0) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  "options.pages is " + std::to_string(o.pages) +
+                      " for a contiguous cache (page_slots 0), expected 0");
+  }
+  if (o.pages < 0) {
+    return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                  "options.pages is " + std::to_string(o.pages) + ", expected >= 0");
+  }
   const struct {
     int64_t value;
     const char* name;
@@ -142,18 +163,33 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
                                                  std::to_string(s.value) + " exceeds 2^31 - 1");
     }
   }
+  if (p != 0 && o.pages == 0) {  // every sequence's capacity (each factor < 2^31)
+    const int64_t per_sequence = (o.capacity + p - 1) / p;
+    o.pages = per_sequence > kMaxIndex / o.batch ? kMaxIndex + 1 : o.batch * per_sequence;
+  }
+  if (o.pages > kMaxIndex) {
+    return c.fail(ATTNGEN_ERROR_TOO_LARGE,
+                  "options.pages = " + std::to_string(o.pages) + " exceeds 2^31 - 1");
+  }
   const int32_t dtype = enum_value(o.dtype);  // any int a caller stored
   if (!is_cache_dtype(dtype)) {
     return c.fail(ATTNGEN_ERROR_DTYPE, std::string("options.dtype is ") + dtype_name(dtype) + " (" +
                                            std::to_string(dtype) +
                                            "), expected F32, F16, BF16 or I8");
   }
+  // The I8 decode kernels read one page per sequence (docs/decisions/paged-kv.md).
+  if (p != 0 && dtype == ATTNGEN_I8) {
+    return c.fail(ATTNGEN_ERROR_DTYPE,
+                  "a paged cache (page_slots " + std::to_string(p) +
+                      ") of I8 is not supported: page an F32, F16 or BF16 cache, or keep I8 "
+                      "contiguous");
+  }
   if (o.window < -1) {
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                   "options.window is " + std::to_string(o.window) +
                       ", expected -1 (none) or a left window L >= 0");
   }
-  if (o.window >= o.capacity) {  // (capacity < window + 1, which may overflow)
+  if (!paged(o) && o.window >= o.capacity) {  // (capacity < window + 1, which may overflow)
     return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
                   "options.capacity is " + std::to_string(o.capacity) +
                       ", expected >= window + 1 = " +
@@ -168,12 +204,13 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   // whole groups of 16 slots: both stay below 2^31 + 16.)
   const bool i8 = is_i8(o);
   for (int64_t last : {slot_bytes(o), i8 ? int64_t{8} : int64_t{1}}) {
-    int64_t n = o.batch;
+    int64_t n = pages_of(o);
     for (int64_t f : {o.heads_kv, stored_slots(o), last}) {
       if (n > kMaxIndex / f) {
         return c.fail(ATTNGEN_ERROR_TOO_LARGE,
                       "one layer of the cache (B * Hkv * capacity * (Dqk + Dv) * element size, "
-                      "and an I8 cache's scales, B * Hkv * capacity * 8 bytes) exceeds "
+                      "and an I8 cache's scales, B * Hkv * capacity * 8 bytes; a paged cache's "
+                      "pages * Hkv * page_slots in place of B * Hkv * capacity) exceeds "
                       "2^31 - 1 bytes, the most a kernel can address");
       }
       n *= f;
@@ -186,6 +223,51 @@ bool check_options(Check& c, const attngen_kv_cache_options* options, attngen_kv
   bytes = static_cast<size_t>(o.layers * layer_bytes(o));
   if (i8) bytes = scales_offset(o) + static_cast<size_t>(o.layers * layer_scales(o)) * 4;
   return true;
+}
+
+// The block tables: a contiguous cache's sequence b is page b, which the kernels see as a page
+// of the power of two of slots at or above its stored ones (the shift and mask of their page
+// lookup: docs/decisions/paged-kv.md); a paged cache's sequences hold no page, and every page is
+// free (taken lowest first).
+bool make_tables(attngen_kv_cache& cache) {
+  const attngen_kv_cache_options& o = cache.options;
+  try {
+    if (paged(o)) {
+      // At least two entries: a table of one entry per sequence is the kernels' contiguous form
+      // (sequence b in page b: decode_algorithm.cpp, one_page).
+      cache.table_width = std::max<int64_t>(2, (o.capacity + o.page_slots - 1) / o.page_slots);
+      cache.table.assign(static_cast<size_t>(o.batch * cache.table_width), 0);
+      cache.held.assign(static_cast<size_t>(o.batch), 0);
+      cache.holders.assign(static_cast<size_t>(o.pages), 0);
+      cache.free_pages.resize(static_cast<size_t>(o.pages));
+      for (int64_t p = 0; p < o.pages; ++p) {
+        cache.free_pages[static_cast<size_t>(p)] = static_cast<int32_t>(o.pages - 1 - p);
+      }
+    } else {
+      cache.table_width = 1;
+      cache.table.resize(static_cast<size_t>(o.batch));
+      for (int64_t b = 0; b < o.batch; ++b) {
+        cache.table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  int32_t shift = 0;
+  while ((int64_t{1} << shift) < stored_slots(o)) ++shift;
+  cache.page_shift = shift;
+  return true;
+}
+
+// A paged cache: sequence b's pages back to the pool (those it shares stay with the others).
+void release_pages(attngen_kv_cache& cache, int64_t b) {
+  int32_t& held = cache.held[static_cast<size_t>(b)];
+  for (int64_t e = 0; e < held; ++e) {
+    int32_t& entry = cache.table[static_cast<size_t>(b * cache.table_width + e)];
+    if (--cache.holders[static_cast<size_t>(entry)] == 0) cache.free_pages.push_back(entry);
+    entry = 0;
+  }
+  held = 0;
 }
 
 // Zeroed storage aligned to kAlignment, from calloc (large blocks come as fresh zero pages, so a
@@ -402,13 +484,18 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
       (reinterpret_cast<uintptr_t>(rope_cs + rope.dim) + sizeof(double) - 1) / sizeof(double) *
       sizeof(double));
   RopeAngles angles(rope, rope_state, rope_cs);
+  const int64_t pages = pages_of(o);
   for (int64_t b = 0; b < o.batch; ++b) {
     int64_t& len = length_of(cache, layer, b);
     for (int64_t i = 0; i < counts[b]; ++i) {
-      const int64_t slot = (len + i) % o.capacity;  // len + i < capacity without a ring
+      // The position's page and slot of the page (len + i < capacity without a ring).
+      const int64_t position = paged(o) ? len + i : (len + i) % o.capacity;
+      const int64_t page = cache.table[static_cast<size_t>(
+          b * cache.table_width + (paged(o) ? position / o.page_slots : 0))];
+      const int64_t slot = paged(o) ? position % o.page_slots : position;
       const float* turn = rope ? angles.at(len + i) : nullptr;
       for (int64_t h = 0; h < o.heads_kv; ++h) {
-        const int64_t row = ((layer * o.batch + b) * o.heads_kv + h) * head_slots + slot;
+        const int64_t row = ((layer * pages + page) * o.heads_kv + h) * head_slots + slot;
         const auto* k_row = static_cast<const uint8_t*>(k.data) +
                             (b * k.strides[0] + i * k.strides[1] + h * k.strides[2]) * k_size;
         const auto* v_row = static_cast<const uint8_t*>(v.data) +
@@ -455,34 +542,104 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   }
 }
 
-attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
-                           int64_t slots) {
+attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values) {
   const attngen_kv_cache_options& o = cache.options;
   uint8_t* first = cache.data + layer * layer_bytes(o);
-  if (is_grouped(o)) {  // [B, Hkv, groups, elements of the group's K or V part] (kv_layout.h)
+  if (is_grouped(o)) {  // [pages, Hkv, groups, elements of the group's K or V part] (kv_layout.h)
     const int64_t group_k = group_k_of(o);
-    const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kSlotGroup, group_of(o)};
+    const int64_t shape[4] = {pages_of(o), o.heads_kv, stored_slots(o) / kSlotGroup, group_of(o)};
     attngen_tensor t = attngen_tensor_contiguous(first + (values ? group_k * element_bytes(o) : 0),
                                                  o.dtype, 4, shape);
-    t.shape[2] = (slots + kSlotGroup - 1) / kSlotGroup;
     t.shape[3] = values ? o.head_dim_v * kSlotGroup : group_k;
     return t;
   }
-  const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v};
+  const int64_t shape[4] = {pages_of(o), o.heads_kv, stored_slots(o), o.head_dim_qk + o.head_dim_v};
   attngen_tensor t = attngen_tensor_contiguous(
       first + (values ? o.head_dim_qk * element_bytes(o) : 0), o.dtype, 4, shape);
-  t.shape[2] = slots;  // the strides stay those of the full storage
-  t.shape[3] = values ? o.head_dim_v : o.head_dim_qk;
+  t.shape[3] = values ? o.head_dim_v : o.head_dim_qk;  // the strides stay those of the storage
   return t;
 }
 
-attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots) {
+attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer) {
   const attngen_kv_cache_options& o = cache.options;
-  const int64_t shape[4] = {o.batch, o.heads_kv, stored_slots(o) / kSlotGroup, kScaleGroup};
-  attngen_tensor t =
-      attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
-  t.shape[2] = std::min(padded_slots(slots), stored_slots(o)) / kSlotGroup;  // whole groups
-  return t;
+  const int64_t shape[4] = {pages_of(o), o.heads_kv, stored_slots(o) / kSlotGroup, kScaleGroup};
+  return attngen_tensor_contiguous(cache.scales + layer * layer_scales(o), ATTNGEN_F32, 4, shape);
+}
+
+attngen_tensor cache_table(const attngen_kv_cache& cache) {
+  const int64_t shape[2] = {cache.options.batch, cache.table_width};
+  return attngen_tensor_contiguous(const_cast<int32_t*>(cache.table.data()), ATTNGEN_I32, 2, shape);
+}
+
+namespace {
+
+// The table entries of sequence b an append of n positions to a layer holding len writes into.
+struct PageRange {
+  int64_t first, end;
+};
+PageRange pages_written(const attngen_kv_cache& cache, int64_t len, int64_t n) {
+  const int64_t p = cache.options.page_slots;
+  return n <= 0 ? PageRange{0, 0} : PageRange{len / p, (len + n - 1) / p + 1};
+}
+
+// Whether entry e of sequence b needs a page of its own before it is written: none yet, or one
+// shared with another sequence.
+bool needs_page(const attngen_kv_cache& cache, int64_t b, int64_t e) {
+  if (e >= cache.held[static_cast<size_t>(b)]) return true;
+  const int32_t page = cache.table[static_cast<size_t>(b * cache.table_width + e)];
+  return cache.holders[static_cast<size_t>(page)] > 1;
+}
+
+}  // namespace
+
+bool check_pages_free(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                      const int32_t* counts) {
+  if (!is_paged(cache)) return true;
+  int64_t needed = 0;
+  for (int64_t b = 0; b < cache.options.batch; ++b) {
+    const PageRange r = pages_written(cache, cache_length(cache, layer, b), counts[b]);
+    for (int64_t e = r.first; e < r.end; ++e) needed += needs_page(cache, b, e) ? 1 : 0;
+  }
+  const auto free = static_cast<int64_t>(cache.free_pages.size());
+  if (needed <= free) return true;
+  return c.fail(ATTNGEN_ERROR_CAPACITY,
+                "the append to layer " + std::to_string(layer) + " needs " +
+                    std::to_string(needed) + " pages and the pool has " + std::to_string(free) +
+                    " free of " + std::to_string(cache.options.pages) +
+                    " (reset finished sequences, or create the cache with more pages)");
+}
+
+void take_pages(attngen_kv_cache& cache, int64_t layer, const int32_t* counts) {
+  if (!is_paged(cache)) return;
+  const attngen_kv_cache_options& o = cache.options;
+  for (int64_t b = 0; b < o.batch; ++b) {
+    const PageRange r = pages_written(cache, cache_length(cache, layer, b), counts[b]);
+    for (int64_t e = r.first; e < r.end; ++e) {
+      if (!needs_page(cache, b, e)) continue;
+      const int32_t page = cache.free_pages.back();
+      cache.free_pages.pop_back();
+      cache.holders[static_cast<size_t>(page)] = 1;
+      int32_t& entry = cache.table[static_cast<size_t>(b * cache.table_width + e)];
+      int32_t& held = cache.held[static_cast<size_t>(b)];
+      if (e < held) {  // shared: this sequence's copy, of every layer (copy on write)
+        const auto bytes = static_cast<size_t>(page_bytes(o));
+        const auto scales = static_cast<size_t>(page_scales(o));
+        for (int64_t l = 0; l < o.layers; ++l) {
+          std::memcpy(cache.data + (l * o.pages + page) * page_bytes(o),
+                      cache.data + (l * o.pages + entry) * page_bytes(o), bytes);
+          if (cache.scales != nullptr) {
+            std::memcpy(cache.scales + (l * o.pages + page) * page_scales(o),
+                        cache.scales + (l * o.pages + entry) * page_scales(o),
+                        scales * sizeof(float));
+          }
+        }
+        --cache.holders[static_cast<size_t>(entry)];
+      } else {
+        held = static_cast<int32_t>(e + 1);  // (entries are taken in order)
+      }
+      entry = page;
+    }
+  }
 }
 
 bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer,
@@ -492,7 +649,7 @@ bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer
   const attngen_tensor store =
       attngen_tensor_contiguous(cache.data + layer * bytes, ATTNGEN_I8, 1, &bytes);
   const bool i8 = cache.scales != nullptr;
-  const attngen_tensor scales = i8 ? cache_scales(cache, layer, o.capacity) : store;
+  const attngen_tensor scales = i8 ? cache_scales(cache, layer) : store;
   // An output may not lie anywhere in the cache's storage, other layers included: writing it
   // would corrupt what the cache holds (found by the fuzzer: y inside layer 0 of a step on
   // layer 2 was accepted).
@@ -590,6 +747,11 @@ attngen_status attngen_kv_cache_create(const attngen_kv_cache_options* options,
   if (o.dtype == ATTNGEN_I8) kv->scales = reinterpret_cast<float*>(kv->data + scales_offset(o));
   kv->options = o;
   kv->rope = std::move(rope);
+  if (!make_tables(*kv)) {
+    attngen_kv_cache_destroy(kv);
+    c.fail(ATTNGEN_ERROR_OUT_OF_MEMORY, "cannot allocate the cache's block tables");
+    return finish(c, nullptr);
+  }
   *cache = kv;
   return finish(c, nullptr);
 }
@@ -633,7 +795,8 @@ attngen_status append(CallMode mode, attngen_kv_cache* cache, int64_t layer,
   float* tmp =
       n != nullptr ? scratch.array<float>(c, append_scratch_floats(*cache), "a row") : nullptr;
   if (tmp == nullptr || !prepare_counts(c, counts, o.batch, t, n) ||
-      (mode == CallMode::kRun && !check_append_fits(c, *cache, layer, n))) {
+      (mode == CallMode::kRun &&
+       (!check_append_fits(c, *cache, layer, n) || !check_pages_free(c, *cache, layer, n)))) {
     return finish(c, nullptr);
   }
   // The inputs must not overlap the layer's storage they are copied into.
@@ -647,6 +810,7 @@ attngen_status append(CallMode mode, attngen_kv_cache* cache, int64_t layer,
     return finish(c, nullptr);
   }
   if (!reserve_lengths(c, *cache, layer)) return finish(c, nullptr);
+  take_pages(*cache, layer, n);
   append_rows(*cache, layer, *k, *v, n, tmp);
   return finish(c, nullptr);
 }
@@ -695,8 +859,79 @@ attngen_status attngen_kv_cache_reset(attngen_kv_cache* cache, int64_t sequence)
                                                std::to_string(cache->options.batch));
   } else if (sequence < 0) {
     cache->lengths.clear();  // every layer holds 0 positions again, as created
+    if (is_paged(*cache)) {
+      for (int64_t b = 0; b < cache->options.batch; ++b) release_pages(*cache, b);
+    }
   } else {
     for (auto& layer : cache->lengths) layer.second[static_cast<size_t>(sequence)] = 0;
+    if (is_paged(*cache)) release_pages(*cache, sequence);
+  }
+  return finish(c, nullptr);
+}
+
+attngen_status attngen_kv_cache_fork(attngen_kv_cache* cache, int64_t from, int64_t to) {
+  Check c;
+  if (cache == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "cache is NULL");
+    return finish(c, nullptr);
+  }
+  const attngen_kv_cache_options& o = cache->options;
+  for (const auto& [value, name] : {std::pair{from, "from"}, std::pair{to, "to"}}) {
+    if (value < 0 || value >= o.batch) {
+      c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, std::string(name) + " is " + std::to_string(value) +
+                                                 ", expected 0 <= " + name + " < " +
+                                                 std::to_string(o.batch) + " (the cache's batch)");
+      return finish(c, nullptr);
+    }
+  }
+  if (from == to) {
+    c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+           "from and to are both " + std::to_string(from) + ": a sequence is its own copy");
+    return finish(c, nullptr);
+  }
+  for (const auto& layer : cache->lengths) {
+    if (layer.second[static_cast<size_t>(to)] != 0) {
+      c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+             "sequence " + std::to_string(to) + " holds " +
+                 std::to_string(layer.second[static_cast<size_t>(to)]) + " positions of layer " +
+                 std::to_string(layer.first) + "; reset it before forking into it");
+      return finish(c, nullptr);
+    }
+  }
+  if (is_paged(*cache)) {
+    const int32_t held = cache->held[static_cast<size_t>(from)];
+    for (int64_t e = 0; e < held; ++e) {
+      const int32_t page = cache->table[static_cast<size_t>(from * cache->table_width + e)];
+      cache->table[static_cast<size_t>(to * cache->table_width + e)] = page;
+      ++cache->holders[static_cast<size_t>(page)];
+    }
+    cache->held[static_cast<size_t>(to)] = held;
+  } else {  // the sequence's slots of every layer (its page), and an I8 cache's scales
+    const int64_t bytes = page_bytes(o), scales = page_scales(o);
+    for (int64_t l = 0; l < o.layers; ++l) {
+      std::memcpy(cache->data + (l * o.batch + to) * bytes,
+                  cache->data + (l * o.batch + from) * bytes, static_cast<size_t>(bytes));
+      if (cache->scales != nullptr) {
+        std::memcpy(cache->scales + (l * o.batch + to) * scales,
+                    cache->scales + (l * o.batch + from) * scales,
+                    static_cast<size_t>(scales) * sizeof(float));
+      }
+    }
+  }
+  for (auto& layer : cache->lengths) {
+    layer.second[static_cast<size_t>(to)] = layer.second[static_cast<size_t>(from)];
+  }
+  return finish(c, nullptr);
+}
+
+attngen_status attngen_kv_cache_free_pages(const attngen_kv_cache* cache, int64_t* pages) {
+  Check c;
+  if (cache == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "cache is NULL");
+  } else if (pages == nullptr) {
+    c.fail(ATTNGEN_ERROR_NULL_POINTER, "pages is NULL");
+  } else {
+    *pages = static_cast<int64_t>(cache->free_pages.size());
   }
   return finish(c, nullptr);
 }

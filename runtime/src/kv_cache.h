@@ -10,13 +10,26 @@
 #include "runtime/src/rope.h"
 
 struct attngen_kv_cache {
-  attngen_kv_cache_options options;  // as created, head_dim_v resolved, storage set
-  // [layers, B, Hkv, capacity, Dqk + Dv] of the dtype: K then V per slot; an I8, F16 or BF16
-  // cache's slots in groups of 16 (core/kv_layout.h), the capacity rounded up to whole groups
+  attngen_kv_cache_options options;  // as created, head_dim_v and pages resolved, storage set
+  // [layers, pages, Hkv, page slots, Dqk + Dv] of the dtype: K then V per slot; an I8, F16 or
+  // BF16 cache's slots in groups of 16 (core/kv_layout.h). A contiguous cache is one page per
+  // sequence (pages = B) of the capacity's slots, rounded up to whole groups.
   uint8_t* data = nullptr;
-  float* scales = nullptr;  // I8 only: [layers, B, Hkv, 16 * groups, 2], K's scale then V's
-  bool owned = false;       // storage allocated by the cache
-  void* raw = nullptr;      // owned storage: the allocation (data is aligned within it)
+  float* scales = nullptr;  // I8 only: [layers, pages, Hkv, groups of a page, 2, 16]
+  // Each sequence's pages in order, [B, table_width] (the decode kernels' block table): a
+  // contiguous cache's one entry per sequence (the kernels then read sequence b in page b); a
+  // paged one's, at least two, past `held` page 0 (any page is valid storage: the kernels read
+  // no position the sequence does not hold).
+  std::vector<int32_t> table;
+  int64_t table_width = 1;
+  int32_t page_shift = 0;  // log2 of the slots the kernels see a page hold (>= its stored slots)
+  // A paged cache only: the pages each sequence holds (its first table entries), each page's
+  // holders (sequences forked from one another share pages) and the free pages.
+  std::vector<int32_t> held;
+  std::vector<int32_t> holders;
+  std::vector<int32_t> free_pages;
+  bool owned = false;   // storage allocated by the cache
+  void* raw = nullptr;  // owned storage: the allocation (data is aligned within it)
   // Positions appended so far to each sequence, [B] per layer, allocated by the layer's first
   // append: a cache of many layers costs no bookkeeping for the layers not used yet (a layer
   // absent here holds 0 positions in every sequence).
@@ -65,16 +78,29 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
                  const attngen_tensor& v, const int32_t* counts, float* tmp);
 size_t append_scratch_floats(const attngen_kv_cache& cache);
 
-// One layer's K (values = false) or V as a tensor [B, Hkv, slots, D] of the cache's dtype
-// (slots <= capacity) whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the
-// storage. An I8 cache's: [B, Hkv, ceil(slots / 16), bytes of a group's K or V part], its groups
-// of slots (core/kv_layout.h).
-attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values,
-                           int64_t slots);
+// Whether the cache keeps its sequences in pages of a pool (options.page_slots > 0).
+inline bool is_paged(const attngen_kv_cache& cache) { return cache.options.page_slots > 0; }
 
-// An I8 cache's scales of one layer, F32 [B, Hkv, slots rounded up to whole groups, 2] (K's,
-// V's), strides of the whole.
-attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer, int64_t slots);
+// One layer's K (values = false) or V as a tensor [pages, Hkv, slots of a page, D] of the
+// cache's dtype whose slots are Dqk + Dv apart: K and V of a slot are adjacent in the storage. A
+// grouped cache's: [pages, Hkv, groups of a page, elements of a group's K or V part], its groups
+// of slots (core/kv_layout.h). A contiguous cache's pages are its sequences.
+attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values);
+
+// An I8 cache's scales of one layer, F32 [pages, Hkv, groups of a page, 32] (per group its K
+// scales, then its V scales).
+attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer);
+
+// The block table as the kernels read it: I32 [B, table_width].
+attngen_tensor cache_table(const attngen_kv_cache& cache);
+
+// A paged cache: whether counts[b] more positions of each sequence of the layer find pages (each
+// new page, and each shared one the append writes into, takes a free page); checked with
+// check_append_fits(). take_pages() then takes them, copying shared pages (every layer's), so
+// that append_rows() writes only pages its sequence holds alone.
+bool check_pages_free(Check& c, const attngen_kv_cache& cache, int64_t layer,
+                      const int32_t* counts);
+void take_pages(attngen_kv_cache& cache, int64_t layer, const int32_t* counts);
 
 // `t` (named `name`) must not overlap the layer's storage (its K/V and, for I8, its scales).
 bool check_clear_of_cache(Check& c, const attngen_kv_cache& cache, int64_t layer,

@@ -90,8 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3:
       fuzz_mha(in, fill);
       break;
-    case 4:  // the cache may have a rope (the saved KV cache inputs are of 5: they decode as
-             // before)
+    case 4:  // the cache may be paged and have a rope (the saved KV cache inputs are of 5:
+             // they decode as before)
       fuzz_kv_cache(in, fill, true);
       break;
     case 5:

@@ -54,9 +54,10 @@ void fuzz_attention(Input& in, Fill& fill);
 void fuzz_attention_varlen(Input& in, Fill& fill);
 void fuzz_linear(Input& in, Fill& fill);
 void fuzz_mha(Input& in, Fill& fill);
-// with_rope: the session's cache may be created with a rope (drawn at creation; off for the
-// dispatch that the saved kv-cache inputs take, so they keep decoding as before).
-void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope);
+// serving: the session's cache may be created in pages and with a rope (drawn at creation), and
+// its sequences forked (off for the dispatch that the saved kv-cache inputs take, so they keep
+// decoding as before).
+void fuzz_kv_cache(Input& in, Fill& fill, bool serving);
 void fuzz_pattern_attends(Input& in, Fill& fill);
 void fuzz_small(Input& in);
 

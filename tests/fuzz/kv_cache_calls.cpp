@@ -1,12 +1,15 @@
-// Builder of a KV cache session (tests/fuzz/calls.h): create (with a rope sometimes), then a few
-// appends, decodes (attngen_decode), MHA decode steps (attngen_mha_decode), lengths and resets,
-// destroy; checked against a model of what the cache holds and the float64 decode reference.
+// Builder of a KV cache session (tests/fuzz/calls.h): create (with a rope, and in pages,
+// sometimes), then a few appends, decodes (attngen_decode), MHA decode steps
+// (attngen_mha_decode), lengths, resets and forks, destroy; checked against a model of what the
+// cache holds (and of a paged cache's pages: none lost, none taken twice) and the float64 decode
+// reference (no sequence sees another's data).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,64 @@ using attngen::test::ElementTraits;
 using attngen::test::Half;
 using attngen::test::Tolerance;
 
+// A paged cache's pages as the model counts them (attngen.h, "Incremental decoding"): each
+// sequence's pages in order (ids standing for pages) and each page's holders; an append takes a
+// free page for each page of its positions that the sequence does not hold, or shares.
+struct PageModel {
+  int64_t page_slots = 0;  // 0: a contiguous cache
+  int64_t free = 0;
+  std::vector<std::vector<int64_t>> held;  // [b]
+  std::map<int64_t, int64_t> holders;
+  int64_t next_id = 0;
+
+  bool written(int64_t b, int64_t e) const {
+    const auto& h = held[static_cast<size_t>(b)];
+    return e >= static_cast<int64_t>(h.size()) || holders.at(h[static_cast<size_t>(e)]) > 1;
+  }
+  // Pages an append of cnt[b] positions to sequences of `lengths` takes.
+  int64_t needed(const std::vector<int64_t>& lengths, const std::vector<int64_t>& cnt) const {
+    int64_t n = 0;
+    for (size_t b = 0; b < held.size(); ++b) {
+      if (cnt[b] <= 0) continue;
+      for (int64_t e = lengths[b] / page_slots; e <= (lengths[b] + cnt[b] - 1) / page_slots; ++e) {
+        n += written(static_cast<int64_t>(b), e) ? 1 : 0;
+      }
+    }
+    return n;
+  }
+  void take(const std::vector<int64_t>& lengths, const std::vector<int64_t>& cnt) {
+    for (size_t b = 0; b < held.size(); ++b) {
+      if (cnt[b] <= 0) continue;
+      for (int64_t e = lengths[b] / page_slots; e <= (lengths[b] + cnt[b] - 1) / page_slots; ++e) {
+        if (!written(static_cast<int64_t>(b), e)) continue;
+        auto& h = held[b];
+        const int64_t id = next_id++;
+        holders[id] = 1;
+        --free;
+        if (e < static_cast<int64_t>(h.size())) {
+          --holders[h[static_cast<size_t>(e)]];
+          h[static_cast<size_t>(e)] = id;
+        } else {
+          h.push_back(id);
+        }
+      }
+    }
+  }
+  void release(int64_t b) {
+    for (int64_t id : held[static_cast<size_t>(b)]) {
+      if (--holders[id] == 0) {
+        holders.erase(id);
+        ++free;
+      }
+    }
+    held[static_cast<size_t>(b)].clear();
+  }
+  void fork(int64_t from, int64_t to) {
+    held[static_cast<size_t>(to)] = held[static_cast<size_t>(from)];
+    for (int64_t id : held[static_cast<size_t>(to)]) ++holders[id];
+  }
+};
+
 // What the cache must hold: per (layer, sequence) every position appended, K and V as stored
 // (rounded to the cache's dtype; unrounded for I8, whose bound is against the unquantised values).
 struct CacheModel {
@@ -32,6 +93,14 @@ struct CacheModel {
   bool approx = false;  // K and V rounded by a projection in float (MHA decode): storage bound
   // The cache's rope (NULL: none): keys are held rotated at their positions, queries rotated.
   const RopeSpec* rope = nullptr;
+  PageModel pages;
+  // A contiguous cache with a window is a ring buffer; a paged one masks.
+  bool ring() const { return window >= 0 && pages.page_slots == 0; }
+  std::vector<int64_t> lengths(int64_t layer) const {
+    std::vector<int64_t> n(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) n[static_cast<size_t>(b)] = length(layer, b);
+    return n;
+  }
   std::vector<std::vector<std::vector<double>>> k, v;  // [layer * batch + b][pos][h * d + d]
 
   double round(double x) const {
@@ -168,15 +237,39 @@ std::vector<double> rotate_queries(const CacheModel& m, int64_t layer, std::vect
 void check_append_allowed(const CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt) {
   for (int64_t b = 0; b < m.batch; ++b) {
     const int64_t c = cnt[static_cast<size_t>(b)], n = m.length(layer, b);
-    if (m.window < 0 && n + c > m.capacity) fail("append past the capacity accepted");
-    if (m.window >= 0 && c > m.capacity - m.window)
+    if (!m.ring() && n + c > m.capacity) fail("append past the capacity accepted");
+    if (m.ring() && c > m.capacity - m.window)
       fail("append of more than capacity - window accepted");
+  }
+}
+
+// A paged cache's append of cnt to the layer (model lengths before it): accepted, it must have
+// found its pages, which the model then takes; refused as ATTNGEN_ERROR_CAPACITY, it must not
+// have (unless the capacity itself refused it).
+void check_pages(CacheModel& m, int64_t layer, const std::vector<int64_t>& cnt, attngen_status s) {
+  if (m.pages.page_slots == 0) return;
+  const std::vector<int64_t> len = m.lengths(layer);
+  bool within = true;
+  for (int64_t b = 0; b < m.batch; ++b) {
+    const int64_t c = cnt[static_cast<size_t>(b)];
+    within = within && c >= 0 && len[static_cast<size_t>(b)] + c <= m.capacity;
+  }
+  if (!within) return;
+  const int64_t need = m.pages.needed(len, cnt);
+  if (s == ATTNGEN_OK) {
+    if (need > m.pages.free) {
+      fail("an append needing %" PRId64 " pages accepted with %" PRId64 " free", need,
+           m.pages.free);
+    }
+    m.pages.take(len, cnt);
+  } else if (s == ATTNGEN_ERROR_CAPACITY && need <= m.pages.free) {
+    fail("an append needing %" PRId64 " pages refused with %" PRId64 " free", need, m.pages.free);
   }
 }
 
 }  // namespace
 
-void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
+void fuzz_kv_cache(Input& in, Fill& fill, bool serving) {
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   if (o.window != -1 || o.dtype != ATTNGEN_F32 || o.layers != 0 || o.storage != nullptr) {
     fail("attngen_kv_cache_options_default() is not all zero with window -1 and F32");
@@ -199,9 +292,16 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
   } else {
     o.window = in.pick(kHostile);
   }
+  // Pages (the rope entry's sessions): a valid page size mostly, a pool of a few pages or of every
+  // sequence's capacity.
+  if (serving && in.chance(100)) {
+    const uint8_t p = in.u8(), n = in.u8();
+    o.page_slots = p < 250 ? int64_t{16} << (p % 5) : in.pick(kHostile);
+    o.pages = n < 128 ? 0 : n < 250 ? n % 12 + 1 : in.pick(kHostile);
+  }
   // A rope: valid mostly, else creation must fail.
   RopeSpec rope;
-  if (with_rope && in.chance(100)) {
+  if (serving && in.chance(100)) {
     make_rope(in, o.head_dim_qk, rope, fill);
     o.rope = &rope.r;
   }
@@ -227,6 +327,8 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
                                             {"capacity", o.capacity},
                                             {"dtype", cache_dtype},
                                             {"window", o.window},
+                                            {"page_slots", o.page_slots},
+                                            {"pages", o.pages},
                                             {"storage", o.storage != nullptr},
                                             {"rope_dim", o.rope ? rope.r.rotary_dim : -1},
                                             {"rope_pairs", o.rope ? rope.pairs : -1}});
@@ -249,7 +351,17 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
   m.capacity = o.capacity;
   m.window = o.window;
   m.dtype = cache_dtype;
-  if (m.window >= m.capacity) fail("implausible cache accepted");
+  if (o.page_slots != 0) {
+    const int64_t p = o.page_slots;
+    if (p < 16 || p > 256 || (p & (p - 1)) != 0) fail("page_slots %" PRId64 " accepted", p);
+    if (o.pages < 0) fail("pages %" PRId64 " accepted", o.pages);
+    m.pages.page_slots = p;
+    m.pages.free = o.pages != 0 ? o.pages : o.batch * ((o.capacity + p - 1) / p);
+    m.pages.held.assign(static_cast<size_t>(o.batch), {});
+  } else if (o.pages != 0) {
+    fail("pages %" PRId64 " of a contiguous cache accepted", o.pages);
+  }
+  if (m.ring() && m.window >= m.capacity) fail("implausible cache accepted");
   if (o.rope) {
     check_rope_accepted(rope, o.head_dim_qk);
     m.rope = &rope;
@@ -272,7 +384,8 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
 
   const int ops = 1 + in.u8() % 8;
   for (int op = 0; op < ops && model_valid; ++op) {
-    const int kind = in.u8() % 6;
+    // (Forks in entry 4's sessions only: the saved inputs of 5 decode as before.)
+    const int kind = in.u8() % (serving ? 7 : 6);
     const int64_t layer = layer_index(in, m.layers);
     const int64_t t = dim(in, 4);
     const int64_t B = !in.chance(11) ? m.batch : dim(in, 4);
@@ -299,7 +412,11 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
       const attngen_status s = note(attngen_kv_cache_append(
           in.chance(3) ? nullptr : cache, layer, &k.t, &v.t, counts.used ? &counts.g.t : nullptr));
       if (m.rope) note_kind("append to a rope cache", s);
+      if (m.pages.page_slots != 0) note_kind("append to a paged cache", s);
       c.after(s);
+      if (s == ATTNGEN_ERROR_CAPACITY && layer >= 0 && layer < m.layers && B == m.batch) {
+        check_pages(m, layer, cnt, s);
+      }
       if (s != ATTNGEN_OK) continue;
       if (layer < 0 || layer >= m.layers || B != m.batch)
         fail("append to a wrong layer or batch accepted");
@@ -307,6 +424,7 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
         if (x < 0 || x > t) fail("count %" PRId64 " outside [0, t] accepted", x);
       }
       check_append_allowed(m, layer, cnt);
+      check_pages(m, layer, cnt, s);
       const std::vector<double> kd_ = k.dense(), vd_ = v.dense();
       std::vector<std::vector<std::vector<double>>> kr(static_cast<size_t>(B)),
           vr(static_cast<size_t>(B));
@@ -352,6 +470,7 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
       const attngen_status s = note(attngen_decode(&q.t, in.chance(3) ? nullptr : cache, layer,
                                                    &out.t, null_opts ? nullptr : &d));
       if (m.rope) note_kind("decode over a rope cache", s);
+      if (m.pages.page_slots != 0) note_kind("decode over a paged cache", s);
       c.after(s);
       if (s != ATTNGEN_OK) continue;
       if (null_opts) {
@@ -444,6 +563,7 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
         if (x_ < 0 || x_ > t) fail("count %" PRId64 " outside [0, t] accepted", x_);
       }
       check_append_allowed(m, layer, cnt);
+      check_pages(m, layer, cnt, s);
       // Reference: projections, append, decode, out_proj.
       const std::vector<double> bin = w.in_proj_bias ? in_b.dense() : std::vector<double>{};
       const std::vector<double> qkv =
@@ -488,6 +608,27 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
       if (len != m.length(layer, seq)) {
         fail("length %" PRId64 ", expected %" PRId64, len, m.length(layer, seq));
       }
+    } else if (kind == 6) {
+      const auto sequence = [&] {
+        return !in.chance(16) && m.batch > 0 ? in.u8() % m.batch : in.pick(kHostile);
+      };
+      const int64_t from = sequence(), to = sequence();
+      g_call = created + "; fork from=" + std::to_string(from) + " to=" + std::to_string(to);
+      const attngen_status s =
+          note(attngen_kv_cache_fork(in.chance(3) ? nullptr : cache, from, to));
+      note_kind(m.pages.page_slots != 0 ? "fork in a paged cache" : "fork", s);
+      bool valid = from >= 0 && from < m.batch && to >= 0 && to < m.batch && from != to;
+      for (int64_t l = 0; valid && l < m.layers; ++l) valid = m.length(l, to) == 0;
+      if (s != ATTNGEN_OK) {
+        if (s != ATTNGEN_ERROR_NULL_POINTER && valid) fail("a valid fork refused");
+        continue;
+      }
+      if (!valid) fail("an invalid fork accepted");
+      for (int64_t l = 0; l < m.layers; ++l) {
+        m.k[static_cast<size_t>(l * m.batch + to)] = m.k[static_cast<size_t>(l * m.batch + from)];
+        m.v[static_cast<size_t>(l * m.batch + to)] = m.v[static_cast<size_t>(l * m.batch + from)];
+      }
+      if (m.pages.page_slots != 0) m.pages.fork(from, to);
     } else {
       const int64_t seq = !in.chance(56) && m.batch > 0 ? in.u8() % m.batch
                           : in.chance(128)              ? -1
@@ -503,6 +644,16 @@ void fuzz_kv_cache(Input& in, Fill& fill, bool with_rope) {
             m.v[static_cast<size_t>(l * m.batch + b)].clear();
           }
         }
+      }
+      for (int64_t b = 0; m.pages.page_slots != 0 && b < m.batch; ++b) {
+        if (seq == -1 || seq == b) m.pages.release(b);
+      }
+    }
+    // Nothing lost: the pool's free pages are the model's.
+    if (model_valid && m.pages.page_slots != 0) {
+      int64_t free = -1;
+      if (attngen_kv_cache_free_pages(cache, &free) != ATTNGEN_OK || free != m.pages.free) {
+        fail("%" PRId64 " free pages, the model counts %" PRId64, free, m.pages.free);
       }
     }
   }

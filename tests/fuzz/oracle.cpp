@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -67,6 +68,9 @@ void print_stats() {
 }
 
 attngen_status note(attngen_status s) {
+  // ATTNGEN_FUZZ_TRACE set: each call and its status on stderr (how an input decodes).
+  static const bool trace = std::getenv("ATTNGEN_FUZZ_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "call: %s -> %d\n", g_call.c_str(), static_cast<int>(s));
   ++g_calls;
   ++g_status_count[(s >= 0 && s < kStatuses) ? s : kStatuses];
   if (s < 0 || s >= kStatuses) fail("status %d is not an attngen_status", static_cast<int>(s));

@@ -494,6 +494,22 @@ void attngen_mha_plan_destroy(attngen_mha_plan* plan);
  * scale); the kernels apply K's scale to the score and fold V's into the attention weight of its
  * position, and never dequantise the cache into a copy.
  * Position p of a sequence is in slot p; in ring-buffer mode (a window) in slot p % capacity.
+ *
+ * A paged cache (options.page_slots = P, a power of two from 16 to 256; F32, F16 or BF16: an I8
+ * cache is contiguous, paging it is ATTNGEN_ERROR_DTYPE) keeps every sequence's positions in
+ * pages of P slots taken from a pool of options.pages pages per layer, the same
+ * page index in every layer, so that sequences of any length share one pool (vLLM's and
+ * FlashInfer's block tables). Its storage is the layout above with pages in place of sequences
+ * and P in place of the capacity: per layer [pages, Hkv, P, Dqk + Dv] (F32; F16 and BF16 in
+ * groups of 16 slots of each page); position p
+ * of a sequence is slot p % P of its (p / P)-th page. A sequence holds no page until an append
+ * reaches it (the first layer's append takes the page for all layers), attngen_kv_cache_reset()
+ * gives its pages back, and attngen_kv_cache_fork() makes a sequence share another's pages (a
+ * shared page is copied when one of them first appends into it). An append that finds no free
+ * page is ATTNGEN_ERROR_CAPACITY, with nothing appended. capacity is the most positions one
+ * sequence holds; a window masks (the cache is no ring buffer). The decode kernels read the
+ * pages where they are, through each sequence's block table: a contiguous cache is one page of
+ * the capacity's slots per sequence, read by the same kernels.
  * A cache is not synchronised: calls on one cache must not run concurrently. */
 typedef struct attngen_kv_cache attngen_kv_cache;
 
@@ -521,6 +537,12 @@ typedef struct attngen_kv_cache_options {
   /* Optional: the cache holds keys rotated by this rope, and decoding over it rotates the
    * queries (RoPE, above); its frequencies are copied. NULL: keys as given. */
   const attngen_rope* rope;
+  /* 0: a contiguous cache (capacity slots reserved per sequence). 16, 32, 64, 128 or 256: a
+   * paged cache of pages of this many slots (above). */
+  int64_t page_slots;
+  /* A paged cache's pool, pages per layer; 0: B * ceil(capacity / page_slots), every sequence's
+   * capacity. */
+  int64_t pages;
 } attngen_kv_cache_options;
 
 /* struct_size set, window = -1, dtype = ATTNGEN_F32, everything else 0 (to be set). */
@@ -551,8 +573,17 @@ attngen_status attngen_kv_cache_append(attngen_kv_cache* cache, int64_t layer,
 attngen_status attngen_kv_cache_length(const attngen_kv_cache* cache, int64_t layer,
                                        int64_t sequence, int64_t* length);
 
-/* Empties one sequence (in every layer), or every sequence with sequence = -1. */
+/* Empties one sequence (in every layer), or every sequence with sequence = -1; a paged cache's
+ * pages go back to its pool. */
 attngen_status attngen_kv_cache_reset(attngen_kv_cache* cache, int64_t sequence);
+
+/* Makes sequence `to`, which must hold no position in any layer, a copy of sequence `from`
+ * (every layer's positions): a paged cache shares `from`'s pages (no page taken, nothing
+ * copied until one of the two appends into a shared page), a contiguous one copies the slots. */
+attngen_status attngen_kv_cache_fork(attngen_kv_cache* cache, int64_t from, int64_t to);
+
+/* A paged cache's pages not held by any sequence (a contiguous cache: 0). */
+attngen_status attngen_kv_cache_free_pages(const attngen_kv_cache* cache, int64_t* pages);
 
 typedef struct attngen_decode_options {
   size_t struct_size; /* sizeof(attngen_decode_options): the ABI rule above */

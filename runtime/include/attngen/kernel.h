@@ -36,11 +36,12 @@ typedef enum attngen_mask_tensor_kind {
  *            [n / panel, e, n % panel] the weight of output feature n and input feature e,
  *            rows past N zero, panel = the kernel's weight_panel; the biases in the kernel's
  *            dtype, as given)
- * decode:    q, k, v (one layer of a KV cache: an F32 cache's [B, Hkv, slots, D] views whose
- *            slots are Dqk + Dv apart, K and V interleaved; an I8, F16 or BF16 cache's [B, Hkv,
- *            groups, elements of a group's K or V part] views of its groups of 16 slots in its
- *            dtype, attngen.h, with the slots given rounded up to whole groups), kv_len, q_len,
- *            capacity, window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
+ * decode:    q, k, v (one layer of a KV cache as a pool of pages: an F32 cache's [pages, Hkv,
+ *            page slots, D] views whose slots are Dqk + Dv apart, K and V interleaved; an I8,
+ *            F16 or BF16 cache's [pages, Hkv, groups of the page, elements of a group's K or V
+ *            part] views of its groups of 16 slots in its dtype, attngen.h; a contiguous cache
+ *            is one page per sequence), block_table, page_shift, units, kv_len, q_len, capacity,
+ *            window, scale, split_keys, kv_scales (an I8 cache's), v_finite -> out */
 typedef struct attngen_kernel_args {
   struct halide_buffer_t *q, *k, *v, *kv_len, *mask, *layout;
   struct halide_buffer_t *x, *w, *bias, *w2, *bias2;
@@ -52,6 +53,13 @@ typedef struct attngen_kernel_args {
   int32_t capacity;              /* ring size of the cache (slot = position mod capacity) */
   int32_t window;                /* left window, -1: none */
   int32_t split_keys;            /* split-KV: keys per partial (rounded up to key blocks) */
+  int32_t units;      /* slots read, the longest sequence's (at most the capacity), in the cache's
+                       * units: slots, or an I8, F16 or BF16 cache's groups of 16 slots */
+  int32_t page_shift; /* log2 of a page's slots (>= 4) */
+  /* I32 [B, entries]: sequence b's slot s is at slot s % 2^page_shift of page
+   * block_table[b][s >> page_shift] of k, v and kv_scales; one entry per sequence: at slot s of
+   * page b (a contiguous cache; the kernels then read no table) */
+  struct halide_buffer_t* block_table;
   /* generic kernels only: the call's causal mask (attention, mha) and mask tensor kind, and
    * both masks (the one of the other kind, or both, broadcast stand-ins that mask nothing) */
   int32_t causal;
@@ -76,10 +84,11 @@ typedef struct attngen_kernel_args {
  * weight_panel; 6: an I8 cache's groups of 16 slots in the decode's k, v and kv_scales; 7: an F16
  * or BF16 cache's groups of 16 slots in the decode's k and v, attngen.h; 8: an I8 cache's scales
  * by group, 16 K scales then 16 V scales; 9: modifiers, their parameters in the arguments and
- * their layout in the descriptor). A descriptor carries the version and the struct size
+ * their layout in the descriptor; 10: the decode's cache as pages through a block table). A
+ * descriptor carries the version and the struct size
  * of the build that wrote it; the runtime refuses one from an incompatible build
  * (ATTNGEN_ERROR_ABI) instead of misreading it. */
-#define ATTNGEN_KERNEL_ABI_VERSION 9
+#define ATTNGEN_KERNEL_ABI_VERSION 10
 
 /* Element types of a kernel's tensors. attention: q, k, v, out; linear and mha: q is the input
  * x, k the weights, out the output; decode: q, out, and cache the stored K and V; mask: the

@@ -84,10 +84,11 @@ int call(void* uc, const attngen_kernel_args* a) {
     return Fn(uc, a->x, a->w, a->bias, a->out);
   } else if constexpr (Op == ATTNGEN_OP_DECODE) {
     return std::apply(
-        Fn, std::tuple_cat(std::make_tuple(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window,
-                                           a->scale, a->split_keys, a->k, a->v),
-                           optional_arg<(Features & kKvScales) != 0>(a->kv_scales),
-                           std::make_tuple(a->v_finite != 0, a->out)));
+        Fn, std::tuple_cat(
+                std::make_tuple(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale,
+                                a->split_keys, a->units, a->page_shift, a->block_table, a->k, a->v),
+                optional_arg<(Features & kKvScales) != 0>(a->kv_scales),
+                std::make_tuple(a->v_finite != 0, a->out)));
   } else if constexpr ((Features & kGeneric) != 0) {
     return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0,
               a->causal != 0, a->num_heads, a->out);
@@ -121,6 +122,7 @@ int run(void* uc, const attngen_kernel_args* a) {
                                        a->bool_mask,
                                        a->add_mask,
                                        a->kv_scales,
+                                       a->block_table,
                                        a->modifier_tensors[0],
                                        a->modifier_tensors[1],
                                        a->modifier_tensors[2],
