@@ -54,10 +54,20 @@ int divisor_at_most(int n, int limit) {
 // group of 16 keys (16 32-bit lanes) is one vector (below); where it takes several (NEON's 4),
 // those are the chains in flight, and two partial sums would double the accumulators of a row
 // tile past the registers (4 rows x 4 vectors x 2 spilled on aarch64).
-// The stage's specialisation where every sequence is one page (DecodeFuncs::one_page), where a
-// prefetch's box is the key's K or V; the stage itself where the kernel reads one page only.
-Stage one_page(Stage stage, const DecodeFuncs& f) {
-  return Halide::Internal::is_const_one(f.one_page) ? stage : stage.specialize(f.one_page);
+// Where the schedules prefetch K and V: every sequence one page (DecodeFuncs::one_page, where a
+// prefetch's box is the key's K or V) in a call whose slots fill a key block. A shorter call
+// reads a few lines; its branch of the state (whole_blocks, below) keeps one form of each stage,
+// since the condition is false there.
+Expr prefetch_condition(const DecodeFuncs& f) {
+  return f.whole_blocks.defined() ? f.one_page && f.whole_blocks : f.one_page;
+}
+
+// The stage's specialisation where the schedules prefetch (the stage itself where they always do).
+Stage prefetched(Stage stage, const Expr& condition) {
+  return Halide::Internal::is_const_one(condition) ? stage : stage.specialize(condition);
+}
+Stage prefetched(Stage stage, const DecodeFuncs& f) {
+  return prefetched(stage, prefetch_condition(f));
 }
 
 int i8_dot_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 2 ? 1 : 2; }
@@ -167,7 +177,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       const int groups_ahead = std::max(1, t.prefetch_slots / kSlotGroup);
       const int per_iteration = decode_line_bytes(spec, info) / spec.kv_type.bytes();  // elements
       const Expr ahead = groups_ahead * f.k_cache.dim(1).stride() / per_iteration;
-      one_page(dot_rf.update(), f)
+      prefetched(dot_rf.update(), f)
           .prefetch(f.k_cache, rdoo, rdoo, ahead, PrefetchBoundStrategy::NonFaulting);
     }
   };
@@ -223,7 +233,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
         .unroll(r)
         .unroll(s4o);
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      one_page(dot.update(), f)
+      prefetched(dot.update(), f)
           .prefetch(f.k_cache, sg, sg, std::max(1, t.prefetch_slots / kSlotGroup),
                     PrefetchBoundStrategy::NonFaulting);
     }
@@ -252,7 +262,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // Halide's prefetch of K's box there, made a prefetch of every line of the slot's K by
     // prefetch_lines_pass (which the generator adds to the pipeline).
     if (t.prefetch_slots > 0 && f.k_cache.defined()) {
-      one_page(dot.update(), f)
+      prefetched(dot.update(), f)
           .prefetch(f.k_cache, so, so, t.prefetch_slots, PrefetchBoundStrategy::NonFaulting);
     }
     const int d_vectors = spec.head_dim_qk / qk_lanes;
@@ -375,18 +385,22 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
       pv_update.reorder(vi, vp, pi, key, vt, po);
     }
     pv_update.vectorize(vi).unroll(vp).unroll(pi);
+    // The P.V of a layer whose V is finite multiplies as it is (as for attention; generator/
+    // online_softmax.h, pv_term); otherwise it tests each product. Where it prefetches (one page
+    // in whole blocks), that branch also prefetches, and is the only finite-V one of a call in
+    // whole blocks: a paged call's P.V there tests each product, one copy of the stage fewer to
+    // generate (bench/RESULTS.md, "A paged KV cache").
+    // (A quantised V's P.V takes its probabilities scaled, 0 where not attended: no test.)
+    const bool tested = !f.probs_scaled.defined();
+    Expr finite = tested ? f.v_finite : Expr(false);
     if (t.prefetch_slots > 0 && f.v_cache.defined()) {
       const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
-      // Halide takes a stage's first specialisation whose condition holds: the one-page one
-      // (here) would shadow schedule_decode's finite-V one (below) for every contiguous cache,
-      // whose P.V would then test each product. So one page with a finite V first.
-      if (!f.probs_scaled.defined() && !Halide::Internal::is_const_one(f.one_page)) {
-        pv_update.specialize(f.one_page && f.v_finite)
-            .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
-      }
-      one_page(pv_update, f)
+      const Expr condition = prefetch_condition(f);
+      prefetched(pv_update, tested ? condition && f.v_finite : condition)
           .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
+      if (tested) finite = f.whole_blocks.defined() ? f.v_finite && !f.whole_blocks : Expr(false);
     }
+    if (!Halide::Internal::is_const_zero(finite)) pv_update.specialize(finite);
   }
 
   // A whole block's keys of storage for the per-key stages also where a short call's block

@@ -334,14 +334,18 @@ void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo
   switch (family_of(info)) {
     case Family::kGpu:
       schedule_decode_cuda(f, spec, info);
-      return;
+      break;
     case Family::kSimd:
+      // (with its own finite-V branches: cpu_decode.cpp)
       schedule_decode_simd(f, spec, info, tunables);
       return;
     case Family::kPortable:
       schedule_decode_generic(f, info);
-      return;
+      break;
   }
+  // As for attention: the P.V of a layer whose V is finite multiplies as it is. (A quantised V's
+  // P.V takes its probabilities scaled, 0 where not attended, and needs no test.)
+  if (!f.probs_scaled.defined()) f.block_pv.update().specialize(f.v_finite);
 }
 
 }  // namespace
@@ -351,9 +355,6 @@ void schedule_decode(DecodeFuncs f, const DecodeSpec& spec, const Halide::Target
   if (autoscheduled) return;
   const TargetInfo info = target_info(target);
   schedule_decode_for(f, spec, info, tunables);
-  // As for attention: the P.V of a layer whose V is finite multiplies as it is. (A quantised V's
-  // P.V takes its probabilities scaled, 0 where not attended, and needs no test.)
-  if (!f.probs_scaled.defined()) f.block_pv.update().specialize(f.v_finite);
 }
 
 }  // namespace attngen
