@@ -389,7 +389,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     // online_softmax.h, pv_term); otherwise it tests each product. Where it prefetches (one page
     // in whole blocks), that branch also prefetches, and is the only finite-V one of a call in
     // whole blocks: a paged call's P.V there tests each product, one copy of the stage fewer to
-    // generate (bench/RESULTS.md, "A paged KV cache").
+    // generate (docs/decisions/paged-kv.md).
     // (A quantised V's P.V takes its probabilities scaled, 0 where not attended: no test.)
     const bool tested = !f.probs_scaled.defined();
     Expr finite = tested ? f.v_finite : Expr(false);
