@@ -386,21 +386,19 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
     }
     pv_update.vectorize(vi).unroll(vp).unroll(pi);
     // The P.V of a layer whose V is finite multiplies as it is (as for attention; generator/
-    // online_softmax.h, pv_term); otherwise it tests each product. Where it prefetches (one page
-    // in whole blocks), that branch also prefetches, and is the only finite-V one of a call in
-    // whole blocks: a paged call's P.V there tests each product, one copy of the stage fewer to
-    // generate (docs/decisions/paged-kv.md).
+    // online_softmax.h, pv_term); otherwise it tests each product (a paged decode whose P.V
+    // tested each product ran 1.5-1.9x as long: docs/decisions/paged-kv.md). Where it prefetches
+    // (one page in whole blocks), the finite-V branch with the prefetch comes first: Halide takes
+    // a stage's first specialisation whose condition holds.
     // (A quantised V's P.V takes its probabilities scaled, 0 where not attended: no test.)
     const bool tested = !f.probs_scaled.defined();
-    Expr finite = tested ? f.v_finite : Expr(false);
     if (t.prefetch_slots > 0 && f.v_cache.defined()) {
       const int ahead = by_group ? std::max(1, t.prefetch_slots / kSlotGroup) : t.prefetch_slots;
       const Expr condition = prefetch_condition(f);
       prefetched(pv_update, tested ? condition && f.v_finite : condition)
           .prefetch(f.v_cache, key, key_outer, ahead, PrefetchBoundStrategy::NonFaulting);
-      if (tested) finite = f.whole_blocks.defined() ? f.v_finite && !f.whole_blocks : Expr(false);
     }
-    if (!Halide::Internal::is_const_zero(finite)) pv_update.specialize(finite);
+    if (tested) pv_update.specialize(f.v_finite);
   }
 
   // A whole block's keys of storage for the per-key stages also where a short call's block
