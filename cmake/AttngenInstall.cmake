@@ -1,7 +1,10 @@
 # cmake --install: headers, the runtime with its built-in kernels, the generator, the command-line
-# tool and a CMake package. find_package(attngen) links the runtime (no Halide needed);
-# find_package(attngen COMPONENTS generator) also generates kernels with attngen_add_kernel()
-# (examples/consumer_prebuilt, examples/consumer; cmake/attngenConfig.cmake.in).
+# tool, the generator's objects and a CMake package. find_package(attngen) links the runtime (no
+# Halide needed); find_package(attngen COMPONENTS generator) also generates kernels with
+# attngen_add_kernel(); COMPONENTS modifiers also builds generators with modifiers of the
+# consumer's own (attngen_add_generator()) from the generator's objects and the headers a modifier
+# includes (examples/consumer_prebuilt, examples/consumer, examples/custom_modifier;
+# cmake/attngenConfig.cmake.in).
 #
 # cmake --install builds nothing, so the target attngen_package builds everything installed here
 # (tools/demo.sh builds it with the demo), and the install stops with that advice, naming what is
@@ -48,6 +51,20 @@ if (attngen_tool_targets)
 endif ()
 install(DIRECTORY runtime/include/attngen DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT attngenTargets NAMESPACE attngen:: DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}")
+
+# The generator's objects in an export set of their own, loaded only by COMPONENTS modifiers:
+# they need Halide's whole package (libHalide, LLVM), which the other components do not.
+install(TARGETS attngen_generator_objects
+        EXPORT attngenGeneratorTargets
+        OBJECTS DESTINATION "${CMAKE_INSTALL_LIBDIR}/attngen/generator")
+install(EXPORT attngenGeneratorTargets NAMESPACE attngen::
+        DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}")
+# What a modifier's source includes: generator/modifier.h and the Halide-free vocabulary under it
+# (attngen/dtype.h is the runtime's, installed above).
+install(FILES generator/modifier.h
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/attngen-generator/generator")
+install(FILES core/modifier.h core/dtype.h
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/attngen-generator/core")
 configure_package_config_file(cmake/attngenConfig.cmake.in
                               "${PROJECT_BINARY_DIR}/attngenConfig.cmake"
                               INSTALL_DESTINATION "${ATTNGEN_INSTALL_CMAKEDIR}")

@@ -22,6 +22,15 @@
 #   AUTO_REGISTER registers the kernel when the program starts (a static initializer linked into
 #                 every target that links the kernel); attngen_register_<name>() then returns
 #                 ATTNGEN_OK, or the registration's error again
+#   GENERATOR gen generates the kernel (and writes its descriptor) with gen, a generator made by
+#                 attngen_add_generator(), instead of attngen's: for a variant whose MODIFIER is
+#                 one of gen's own
+#
+# attngen_add_generator(NAME SOURCES file.cpp ...): an executable generator made of attngen's
+# generator (its objects: the algorithm, the schedules, the library's modifiers, Halide's driver)
+# and the given sources, which define modifiers of their own (ATTNGEN_MODIFIER, generator/modifier.h;
+# docs/variants.md, "A modifier of your own"). Needs find_package(attngen COMPONENTS modifiers),
+# or attngen's tree in a host build.
 include_guard(GLOBAL)
 
 # Tuning files: schedules/tuned in attngen's tree, tuned/ next to this file when installed.
@@ -259,10 +268,16 @@ endfunction()
 
 function(attngen_add_kernel NAME)
   # What is left after the CMake-only keywords is the variant, for the variant model.
-  cmake_parse_arguments(A "AUTO_REGISTER" "NAME_VAR" "" ${ARGN})
+  cmake_parse_arguments(A "AUTO_REGISTER" "NAME_VAR;GENERATOR" "" ${ARGN})
   # Called from a project that added attngen's tree with add_subdirectory (how a cross build
   # makes its own kernels): attngen's targets. The installed package sets both.
-  if (NOT ATTNGEN_GENERATOR)
+  if (A_GENERATOR)
+    if (NOT TARGET ${A_GENERATOR})
+      message(FATAL_ERROR "attngen_add_kernel(${NAME}): GENERATOR ${A_GENERATOR} is not a target "
+                          "(make it with attngen_add_generator())")
+    endif ()
+    set(ATTNGEN_GENERATOR ${A_GENERATOR})
+  elseif (NOT ATTNGEN_GENERATOR)
     set(ATTNGEN_GENERATOR attngen::generator)
   endif ()
   if (NOT ATTNGEN_HEADERS_TARGET)
@@ -343,6 +358,20 @@ function(attngen_add_kernel NAME)
   # For the assembly tests (tests/CMakeLists.txt): what the ISA's code must contain.
   set_property(GLOBAL PROPERTY ATTNGEN_KERNEL_ASM_${NAME} "${ATTNGEN_V_ASM_SIGNATURE}")
   set_property(GLOBAL PROPERTY ATTNGEN_KERNEL_ASM_FORBIDDEN_${NAME} "${ATTNGEN_V_ASM_FORBIDDEN}")
+endfunction()
+
+function(attngen_add_generator NAME)
+  cmake_parse_arguments(A "" "" "SOURCES" ${ARGN})
+  if (NOT ATTNGEN_GENERATOR_OBJECTS)
+    message(FATAL_ERROR "attngen_add_generator(${NAME}) needs find_package(attngen COMPONENTS "
+                        "modifiers), which needs Halide 14's package (libHalide and LLVM)")
+  endif ()
+  if (NOT A_SOURCES OR A_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "attngen_add_generator(${NAME} SOURCES file.cpp ...): the modifiers' "
+                        "sources (given: ${ARGN})")
+  endif ()
+  add_executable(${NAME} ${A_SOURCES})
+  target_link_libraries(${NAME} PRIVATE ${ATTNGEN_GENERATOR_OBJECTS})
 endfunction()
 
 # Writes a C source defining `attngen_builtin_kernels`, a NULL-terminated table of the given

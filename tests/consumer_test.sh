@@ -4,7 +4,9 @@
 # - examples/consumer_prebuilt, which only links attngen::attngen, with Halide's CMake packages
 #   made unfindable: the plain package needs no Halide;
 # - examples/consumer, which generates kernels of its own (COMPONENTS generator), with libHalide
-#   and LLVM made unfindable: the generator component needs only Halide's CMake helpers.
+#   and LLVM made unfindable: the generator component needs only Halide's CMake helpers;
+# - examples/custom_modifier, which builds a generator with a modifier of its own (COMPONENTS
+#   modifiers: Halide's whole package) and calls its kernels with the modifier's parameters.
 # (--no-warn-unused-cli: CMake would call the disabled packages unused, as nothing looks them up.)
 set -euo pipefail
 build="$1"; source="$2"; work="$build/consumer_test"
@@ -31,3 +33,9 @@ cmake -S "$source/examples/consumer" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYP
   -DCMAKE_DISABLE_FIND_PACKAGE_Halide=ON -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=ON --no-warn-unused-cli
 cmake --build "$work/build"
 "$work/build/consumer"
+
+echo "== consumer with a modifier of its own (COMPONENTS modifiers)"
+cmake -S "$source/examples/custom_modifier" -B "$work/custom" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix"
+cmake --build "$work/custom"
+"$work/custom/custom_modifier"
