@@ -35,6 +35,9 @@ struct AttentionProblem {
   bool bf16 = false;     // q, k and v are bf16 (their conversion is the generator's)
   bool weights = false;  // also define `weights`, P (j, i, h, b)
   bool lse = false;      // also define `lse`, the row log-sum-exp (i, h, b)
+  // The variant's modifier masks pairs (generator/modifier.h): its blocks are skipped in the
+  // key-block form.
+  bool mask_modifier = false;
 };
 
 // How a kernel computes its problem: the variant's requested form (its KEY_BLOCK or tuned

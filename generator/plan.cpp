@@ -1,5 +1,7 @@
 #include "generator/plan.h"
 
+#include "generator/modifier.h"
+
 namespace attngen {
 
 namespace {
@@ -74,6 +76,8 @@ AttentionProblem attention_problem(const KernelVariant& v) {
   p.lse = v.lse;
   p.generic = v.generic;
   p.bf16 = v.dtype == DType::kBF16;
+  const Modifier* modifier = v.modifier.empty() ? nullptr : find_modifier(v.modifier);
+  p.mask_modifier = modifier != nullptr && modifier->layout.mask;
   return p;
 }
 

@@ -94,10 +94,10 @@ AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& re
     return fix_units(spec, resolve(requested, spec, target_info(target)));
   }
   AttentionTunables want = requested;
-  // The row form skips the keys past the causal diagonal of a query tile; patterns skip whole
-  // key blocks, in the key-block form.
+  // The row form skips the keys past the causal diagonal of a query tile; patterns and mask
+  // modifiers skip whole key blocks, in the key-block form.
   // Generic kernels take causal at run time: key blocks skip what it masks.
-  if ((ps.kind != Pattern::kNone || spec.generic) && spec.key_block == 0 &&
+  if ((ps.kind != Pattern::kNone || spec.generic || spec.mask_modifier) && spec.key_block == 0 &&
       !target.has_gpu_feature()) {
     spec.key_block = kSkippingKeyBlock;
   }
