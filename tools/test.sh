@@ -29,15 +29,23 @@ summary() {
   printf '  %s\n' "${stages[@]}"
 }
 trap summary EXIT
-# stage NAME COMMAND...: runs the command, then prints and records its time.
+# CPU seconds (user + system) of this shell's finished children, from /proc (fields 16 and 17 of
+# stat, in clock ticks), to show how busy a stage kept the cores.
+children_cpu() {
+  local st
+  read -r -a st < /proc/$$/stat
+  echo $(((st[15] + st[16]) / $(getconf CLK_TCK)))
+}
+# stage NAME COMMAND...: runs the command, then prints and records its time and CPU time.
 stage() {
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS cpu_start
+  cpu_start=$(children_cpu)
   shift
   echo "== $name"
   "$@"
-  local took=$((SECONDS - start))
-  echo "== $name: ${took} s"
-  stages+=("$(printf '%-22s %5d s' "$name" "$took")")
+  local took=$((SECONDS - start)) cpu=$(($(children_cpu) - cpu_start))
+  echo "== $name: ${took} s (CPU ${cpu} s)"
+  stages+=("$(printf '%-22s %5d s  CPU %5d s' "$name" "$took" "$cpu")")
 }
 
 stage setup bash tools/setup.sh
