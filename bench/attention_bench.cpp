@@ -27,9 +27,10 @@
 // bytes, the memory's ceiling, in the same run), decode_cache/<dtype>/<shape> (Skv8192, and an
 // L2-resident Skv128) next to stream_cache/<dtype>/..., decode_call/.../threads_<set|default>
 // (a 16-slot cache: a call's own cost, with the thread count set and the library's default),
-// decode_splits/... (split-KV against one task per kv head, on 2 threads), and
-// mha_decode_step/<weights|layer>/... (one token of the MHA layer over a KV cache: the caller's
-// weights packed per step, or a persistent layer).
+// decode_splits/... (split-KV against one task per kv head, on 2 threads), decode_batch/<dtype>/...
+// (16 sequences of 128 to 8192 positions in one call, contiguous and paged, against the read
+// bound of their bytes), and mha_decode_step/<weights|layer>/... (one token of the MHA layer over a
+// KV cache: the caller's weights packed per step, or a persistent layer).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -537,6 +538,82 @@ void decode_paged(benchmark::State& state, DecodeShape s, attngen_dtype dtype, i
   decode_run(state, s, 0, 0, dtype, false, false, page_slots);
 }
 
+// One call over a batch of sequences of different lengths (`lengths`, one new query each),
+// Llama's heads (Hq 32 / Hkv 8, D128), over a contiguous cache (page_slots 0: a capacity of the
+// longest each) or pages of page_slots slots, exactly as many as the lengths need. Counters:
+// read_us, the bytes of K and V the call reads (each sequence's own positions) at the same run's
+// streaming-read rate of that many bytes; read_bound, read_us over the call's time.
+void decode_batch(benchmark::State& state, std::vector<int64_t> lengths, attngen_dtype dtype,
+                  int64_t page_slots) {
+  const int64_t b = static_cast<int64_t>(lengths.size()), hq = 32, hkv = 8, d = 128, chunk = 512;
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  attngen_kv_cache_options o = attngen_kv_cache_options_default();
+  o.dtype = dtype;
+  o.layers = 1;
+  o.batch = b;
+  o.heads_kv = hkv;
+  o.head_dim_qk = d;
+  o.capacity = longest;
+  o.page_slots = page_slots;
+  double positions = 0;
+  for (int64_t n : lengths) {
+    positions += static_cast<double>(n);
+    if (page_slots > 0) o.pages += (n + page_slots - 1) / page_slots;
+  }
+  attngen_kv_cache* cache = nullptr;
+  if (attngen_kv_cache_create(&o, &cache) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    return;
+  }
+  // Appended `chunk` rows at a time, each sequence until it holds its length.
+  std::vector<float> k = random_vector(static_cast<size_t>(b * chunk * hkv * d), 1);
+  std::vector<float> v = random_vector(k.size(), 2);
+  std::vector<float> q = random_vector(static_cast<size_t>(b * hq * d), 3), out(q.size());
+  const int64_t ks[] = {b, chunk, hkv, d}, qs[] = {b, 1, hq, d};
+  const attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, ks);
+  const attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, ks);
+  const attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, qs);
+  attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
+  std::vector<int32_t> counts(static_cast<size_t>(b));
+  const attngen_tensor tcounts = attngen_tensor_contiguous(counts.data(), ATTNGEN_I32, 1, &b);
+  for (int64_t done = 0; done < longest; done += chunk) {
+    for (int64_t i = 0; i < b; ++i) {
+      counts[i] = static_cast<int32_t>(std::clamp<int64_t>(lengths[i] - done, 0, chunk));
+    }
+    if (attngen_kv_cache_append(cache, 0, &tk, &tv, &tcounts) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      attngen_kv_cache_destroy(cache);
+      return;
+    }
+  }
+  const attngen_decode_options opt = attngen_decode_options_default();
+  if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+    state.SkipWithError(attngen_last_error());
+    attngen_kv_cache_destroy(cache);
+    return;
+  }
+  state.SetLabel(attngen_last_kernel());
+  const double bytes = kv_bytes(DecodeShape{1, 1, hq, hkv, d, 1}, dtype) * positions;
+  const double gbps = attngen::bench::stream_read_rate(bytes, g_threads, 0.3);
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  const double call_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+      std::max<double>(1, static_cast<double>(state.iterations()));
+  set_bandwidth(state, bytes);
+  if (gbps > 0) {
+    const double read_us = bytes / gbps * 1e-3;
+    state.counters["read_us"] = read_us;
+    state.counters["read_bound"] = read_us / call_us;
+  }
+  attngen_kv_cache_destroy(cache);
+}
+
 // The cost of a rope (attngen.h, "Rotary position embeddings"): the same call with and without
 // one (rope_cost/ below). A decode over a cache that has one rotates its query; attention rotates
 // q and k.
@@ -733,6 +810,19 @@ void register_decode() {
                 (page_slots == 0 ? std::string("contiguous") : "P" + std::to_string(page_slots)),
             decode_paged, s, dtype, page_slots);
       }
+    }
+  }
+  // A batch of 16 sequences of 128 to 8192 cached positions (evenly spread) in one call, against
+  // the same run's read bound of the bytes it reads (decode_batch above), every cache dtype over a
+  // contiguous cache and over pages of 16 and 128 slots (an I8 cache: contiguous only).
+  std::vector<int64_t> spread;
+  for (int64_t i = 0; i < 16; ++i) spread.push_back(128 + i * (8192 - 128) / 15 / 16 * 16);
+  for (const auto& [dtype, word] : dtypes) {
+    for (int64_t page_slots : {0, 16, 128}) {
+      if (dtype == ATTNGEN_I8 && page_slots > 0) continue;
+      add(std::string("decode_batch/") + word + "/B16_Skv128to8192_Hq32_Hkv8_D128/" +
+              (page_slots == 0 ? std::string("contiguous") : "P" + std::to_string(page_slots)),
+          decode_batch, spread, dtype, page_slots);
     }
   }
   // A decode step's projection (Llama-7B's q_proj and a 1B model's MLP): the weights packed per
