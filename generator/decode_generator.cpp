@@ -170,18 +170,21 @@ class Decode : public Generator<Decode> {
     attngen::schedule_decode(fs, spec, get_target(), get_auto_schedule(), tunables);
     if (tunables.prefetch_slots > 0 && !get_auto_schedule()) {
       attngen::add_prefetch_l2(get_externs_map(), get_target());
-      // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) the
-      // slot's V; an i8 cache's prefetch of K's box takes the whole group of slots, its K and its
-      // V (without VNNI), or the lines of the group's K part q.k reads an iteration and as many
-      // at the same place of its V part (VNNI); an f16 or bf16 cache's the lines of the group's
-      // K part q.k reads an iteration (the storage layout, schedules/cpu_decode.cpp).
+      // Each prefetch of K's box (in q.k) takes the slot's K, each of V's box (in P.V) the part
+      // of the slot's V that the P.V iteration reads (it runs once per part of Dv); an i8
+      // cache's prefetch of K's box takes the whole group of slots, its K and its V (without
+      // VNNI), or the lines of the group's K part q.k reads an iteration and as many at the same
+      // place of its V part (VNNI); an f16 or bf16 cache's the lines of the group's K part q.k
+      // reads an iteration (the storage layout, schedules/cpu_decode.cpp).
       const int bytes = spec.kv_type.bytes();
-      const int line = attngen::decode_line_bytes(spec, attngen::target_info(get_target()));
+      const attngen::TargetInfo& info = attngen::target_info(get_target());
+      const int line = attngen::decode_line_bytes(spec, info);
+      const int v_part = attngen::decode_pv_bytes(spec, info, tunables);
       std::vector<attngen::PrefetchSpan> spans;
       if (!grouped) {
-        spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_extent * bytes}};
+        spans = {{k->name(), bytes, k_extent * bytes}, {v->name(), bytes, v_part}};
       } else if (!i8) {
-        spans = {{k->name(), bytes, line}, {v->name(), bytes, spec.head_dim_v * bytes}};
+        spans = {{k->name(), bytes, line}, {v->name(), bytes, v_part}};
       } else if (spec.int8_dot != attngen::Int8Dot::kNone) {
         spans = {{k->name(), bytes, line, k_extent * bytes}};
       } else {

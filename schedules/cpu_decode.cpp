@@ -28,8 +28,10 @@
 //    KEY_BLOCK for long caches (the runtime's form from kDecodeLongKeys keys, core/targets.h).
 //    stage_block = 1 (a tunable) copies each block's slots as stored first.
 //  - On x86, q.k prefetches each slot's K and P.V its V prefetch_slots keys ahead into L2
-//    (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp); an i8 cache's q.k prefetches its
-//    groups of slots, K and V, one group ahead.
+//    (prefetcht1: prefetch_lines_pass, schedules/prefetch.cpp): P.V, which runs once per part
+//    of Dv, the lines of that part (decode_pv_bytes), so each line of V once (bench/RESULTS.md,
+//    "Decode's V prefetched a line once"); an i8 cache's q.k prefetches its groups of slots, K
+//    and V, one group ahead.
 //  - The merge of the splits is a small second stage, parallel over queries.
 #include <algorithm>
 
@@ -76,7 +78,18 @@ int i8_dot_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >
 // 16 keys is one vector (more than one FMA chain in flight per row).
 int half_chains(const TargetInfo& info) { return kSlotGroup / info.f32_lanes >= 2 ? 1 : 2; }
 
+// probs.V's vectors of Dv per register tile: as many as the accumulators leave for pv_rows rows.
+int pv_vectors_of(const DecodeSpec& spec, const TargetInfo& info, const DecodeTunables& t) {
+  return divisor_at_most(vectors_covering(spec.head_dim_v, info),
+                         std::max(1, info.accumulators / std::max(1, t.pv_rows)));
+}
+
 }  // namespace
+
+int decode_pv_bytes(const DecodeSpec& spec, const TargetInfo& info, const DecodeTunables& t) {
+  const int dv_lanes = lanes_dividing(spec.head_dim_v, info);
+  return std::min(spec.head_dim_v, pv_vectors_of(spec, info, t) * dv_lanes) * spec.kv_type.bytes();
+}
 
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info) {
   if (spec.int8_dot != Int8Dot::kNone) return i8_dot_chains(info) * kI8DotBytes * kSlotGroup;
@@ -305,8 +318,7 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   // probs.V: pv_rows rows x pv_vectors vectors of Dv of accumulators across the keys of the
   // block; the V vector of a key is converted once and used by the pv_rows rows.
   const int dv_vectors = vectors_covering(spec.head_dim_v, info);
-  const int pv_vectors =
-      divisor_at_most(dv_vectors, std::max(1, info.accumulators / std::max(1, t.pv_rows)));
+  const int pv_vectors = pv_vectors_of(spec, info, t);
   Func pv = per_tile(f.block_pv);
   pv.bound_storage(f.kb, 1).split(d, vo, vi, dv_lanes, dv_tail).vectorize(vi).unroll(vo);
   if (f.block_pv_i32.defined()) {
@@ -372,7 +384,8 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
   } else {
     // The keys of the block: rk, or for an f16 or bf16 cache (pv_by_group) (group, slot of the
     // group). Each key's V prefetch_slots keys ahead of P.V (as q.k does its K), an f16 or bf16
-    // cache's from the group that many keys (whole groups) on.
+    // cache's from the group that many keys (whole groups) on: the part of Dv (vt) the iteration
+    // reads (the generator's span, decode_pv_bytes).
     const bool by_group = f.rgroup.defined();
     const RVar key = by_group ? f.rgroup.y : f.rk, key_outer = by_group ? f.rgroup.x : f.rk;
     Stage pv_update = pv.update()

@@ -126,6 +126,10 @@ void schedule_decode_simd(DecodeFuncs f, const DecodeSpec& spec, const TargetInf
 // q.k reads on a SIMD CPU (schedules/cpu_decode.cpp): the span of each of its prefetches of K
 // (and, for an i8 cache on the VNNI row, of V).
 int decode_line_bytes(const DecodeSpec& spec, const TargetInfo& info);
+// Bytes of a key's V that one iteration of the decode's P.V reads on a SIMD CPU (its part of Dv,
+// pv_vectors vectors, as stored): the span of each of its prefetches of V, an f32, f16 or bf16
+// cache's (schedules/cpu_decode.cpp).
+int decode_pv_bytes(const DecodeSpec& spec, const TargetInfo& info, const DecodeTunables& t);
 void schedule_decode_cuda(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info);
 void schedule_decode_generic(DecodeFuncs f, const TargetInfo& info);
 
