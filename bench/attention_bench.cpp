@@ -446,6 +446,21 @@ struct PlainRope {
   PlainRope(const PlainRope&) = delete;
 };
 
+// The benchmark's loop of attngen_decode() over layer 0; returns a call's mean time in us.
+double timed_decode_us(benchmark::State& state, const attngen_tensor& q, attngen_kv_cache* cache,
+                       attngen_tensor& out, const attngen_decode_options& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (attngen_decode(&q, cache, 0, &out, &opt) != ATTNGEN_OK) {
+      state.SkipWithError(attngen_last_error());
+      break;
+    }
+  }
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+             .count() /
+         std::max<double>(1, static_cast<double>(state.iterations()));
+}
+
 // page_slots > 0: a paged cache of pages of that many slots, exactly as many as the sequences
 // need, filled once and reset before the timed cache's append, so that each sequence's pages come
 // in descending order (no two consecutive pages adjacent in memory).
@@ -502,17 +517,7 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
                        " (no arithmetic bound: its loop needs AVX-512)");
       }
     }
-    const auto start = std::chrono::steady_clock::now();
-    for (auto _ : state) {
-      if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
-        state.SkipWithError(attngen_last_error());
-        break;
-      }
-    }
-    const double call_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-            .count() /
-        std::max<double>(1, static_cast<double>(state.iterations()));
+    const double call_us = timed_decode_us(state, tq, cache, to, opt);
     set_bandwidth(state, kv_bytes(s, dtype));
     if (roofline) {
       if (read_us > 0) state.counters["read_us"] = read_us;
@@ -595,16 +600,7 @@ void decode_batch(benchmark::State& state, std::vector<int64_t> lengths, attngen
   state.SetLabel(attngen_last_kernel());
   const double bytes = kv_bytes(DecodeShape{1, 1, hq, hkv, d, 1}, dtype) * positions;
   const double gbps = attngen::bench::stream_read_rate(bytes, g_threads, 0.3);
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    if (attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
-      state.SkipWithError(attngen_last_error());
-      break;
-    }
-  }
-  const double call_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
-      std::max<double>(1, static_cast<double>(state.iterations()));
+  const double call_us = timed_decode_us(state, tq, cache, to, opt);
   set_bandwidth(state, bytes);
   if (gbps > 0) {
     const double read_us = bytes / gbps * 1e-3;
