@@ -27,10 +27,10 @@
 #                 one of gen's own
 #
 # attngen_add_generator(NAME SOURCES file.cpp ...): an executable generator made of attngen's
-# generator (its objects: the algorithm, the schedules, the library's modifiers, Halide's driver)
-# and the given sources, which define modifiers of their own (ATTNGEN_MODIFIER, generator/modifier.h;
-# docs/variants.md, "A modifier of your own"). Needs find_package(attngen COMPONENTS modifiers),
-# or attngen's tree in a host build.
+# generator (its objects: the algorithm, the schedules, the library's modifiers, Halide's driver
+# with its main()) and the given sources, which define modifiers of their own (ATTNGEN_MODIFIER,
+# generator/modifier.h; docs/variants.md, "A modifier of your own"). Needs
+# find_package(attngen COMPONENTS modifiers), or attngen's tree in a host build.
 include_guard(GLOBAL)
 
 # Tuning files: schedules/tuned in attngen's tree, tuned/ next to this file when installed.
