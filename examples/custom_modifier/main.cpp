@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -23,7 +24,15 @@ struct Case {
   float horizon;  // < 0: no horizon
 };
 
-std::mt19937 rng(std::random_device{}());
+// Fresh inputs each run; the seed is printed, so that a failing run can be repeated
+// (CUSTOM_MODIFIER_SEED).
+uint32_t seed() {
+  const char* given = std::getenv("CUSTOM_MODIFIER_SEED");
+  return given != nullptr ? static_cast<uint32_t>(std::strtoul(given, nullptr, 10))
+                          : std::random_device{}();
+}
+const uint32_t kSeed = seed();
+std::mt19937 rng(kSeed);
 
 std::vector<float> random_values(size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> u(lo, hi);
@@ -153,6 +162,7 @@ bool check_refused(const char* what, attngen_status want, void (*spoil)(Call&)) 
 }  // namespace
 
 int main() {
+  std::printf("custom_modifier: seed %u (CUSTOM_MODIFIER_SEED)\n", kSeed);
   if (attngen_register_decay_d64_causal() != ATTNGEN_OK ||
       attngen_register_decay_generic() != ATTNGEN_OK) {
     std::printf("register: %s\n", attngen_last_error());
