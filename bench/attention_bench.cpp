@@ -29,7 +29,8 @@
 // (a 16-slot cache: a call's own cost, with the thread count set and the library's default),
 // decode_splits/... (split-KV against one task per kv head, on 2 threads), decode_batch/<dtype>/...
 // (16 sequences of 128 to 8192 positions in one call, contiguous and paged, against the read
-// bound of their bytes), and mha_decode_step/<weights|layer>/... (one token of the MHA layer over a
+// bound of their bytes), decode_modifier/<dtype>/<shape>/<way> (modifiers in decode against the
+// plain decode), and mha_decode_step/<weights|layer>/... (one token of the MHA layer over a
 // KV cache: the caller's weights packed per step, or a persistent layer).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -464,8 +465,10 @@ double timed_decode_us(benchmark::State& state, const attngen_tensor& q, attngen
 // page_slots > 0: a paged cache of pages of that many slots, exactly as many as the sequences
 // need, filled once and reset before the timed cache's append, so that each sequence's pages come
 // in descending order (no two consecutive pages adjacent in memory).
+// modifier: decode with it (its tensors the caller's); kernel: run the decode kernel of that name.
 void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int threads,
-                attngen_dtype dtype, bool roofline, bool rope = false, int64_t page_slots = 0) {
+                attngen_dtype dtype, bool roofline, bool rope = false, int64_t page_slots = 0,
+                const attngen_modifier* modifier = nullptr, const char* kernel = nullptr) {
   const PlainRope plain(s.d);
   attngen_kv_cache_options o = attngen_kv_cache_options_default();
   if (rope) o.rope = &plain.rope;
@@ -491,6 +494,8 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
   attngen_tensor to = attngen_tensor_contiguous(out.data(), ATTNGEN_F32, 4, qs);
   attngen_decode_options opt = attngen_decode_options_default();
   opt.kv_splits = kv_splits;
+  opt.modifier = modifier;
+  opt.kernel = kernel;
   if (threads != 0) attngen_set_num_threads(std::max(threads, 0));
   if (page_slots > 0 && (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
                          attngen_kv_cache_reset(cache, -1) != ATTNGEN_OK)) {
@@ -541,6 +546,47 @@ void decode_roofline(benchmark::State& state, DecodeShape s, attngen_dtype dtype
 // The same decode over a contiguous cache (page_slots 0) and over pages (paged_decode/ below).
 void decode_paged(benchmark::State& state, DecodeShape s, attngen_dtype dtype, int64_t page_slots) {
   decode_run(state, s, 0, 0, dtype, false, false, page_slots);
+}
+
+// decode_modifier/<cache dtype>/<shape>/<way>: one decode step, "plain" on the kernel dispatch
+// picks, "plain_generic" on the generic D128 decode kernel of this run's ISA, "alibi" (the
+// standard slopes), "sink_logit" (logits [Hq]) and "sinks" (4 sinks and a window of 1024: the
+// blocks between them skipped) on their generic kernels; over an f16 cache the modifiers read an
+// F32 copy of the layer (attngen.h, attngen_decode_options::modifier).
+void decode_modifier(benchmark::State& state, DecodeShape s, attngen_dtype dtype,
+                     const std::string& way) {
+  std::vector<float> per_head(static_cast<size_t>(s.hq));
+  attngen_alibi_slopes(s.hq, per_head.data());
+  if (way == "sink_logit") {
+    for (size_t h = 0; h < per_head.size(); ++h) per_head[h] = 0.5f * static_cast<float>(h % 5);
+  }
+  const int64_t hq = s.hq;
+  const attngen_tensor heads = attngen_tensor_contiguous(per_head.data(), ATTNGEN_F32, 1, &hq);
+  attngen_modifier m{};
+  m.name = way.c_str();
+  if (way == "alibi" || way == "sink_logit") m.tensors[0] = &heads;
+  if (way == "sinks") {
+    m.scalars[0] = 4.0f;
+    m.scalars[1] = 1024.0f;
+  }
+  std::string generic;
+  if (way == "plain_generic") {
+    for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+      const attngen_kernel_info* k = attngen_kernel_at(i);
+      if (k->op == ATTNGEN_OP_DECODE && k->generic && k->head_dim_qk == 128 &&
+          k->dtypes.cache == dtype && !std::strcmp(k->modifier, "") &&
+          k->requested_key_block == 0 && !std::strcmp(k->isa, attngen_isa())) {
+        generic = k->name;
+      }
+    }
+    if (generic.empty()) {
+      state.SkipWithError("no generic D128 decode kernel of this ISA for the cache dtype");
+      return;
+    }
+  }
+  const bool plain = way.rfind("plain", 0) == 0;
+  decode_run(state, s, 0, 0, dtype, false, false, 0, plain ? nullptr : &m,
+             generic.empty() ? nullptr : generic.c_str());
 }
 
 // One call over a batch of sequences of different lengths (`lengths`, one new query each),
@@ -805,6 +851,19 @@ void register_decode() {
         add(std::string("paged_decode/") + word + "/" + describe(s) + "/" +
                 (page_slots == 0 ? std::string("contiguous") : "P" + std::to_string(page_slots)),
             decode_paged, s, dtype, page_slots);
+      }
+    }
+  }
+  // Modifiers in decode against the plain decode (decode_modifier above), Llama's heads over
+  // 2048 and 8192 positions, an F32 cache and an F16 one (served through an F32 copy).
+  for (const auto& [dtype, word] : dtypes) {
+    if (dtype != ATTNGEN_F32 && dtype != ATTNGEN_F16) continue;
+    for (int64_t keys : {2048, 8192}) {
+      DecodeShape s = llama;
+      s.skv = keys;
+      for (const char* way : {"plain", "plain_generic", "alibi", "sink_logit", "sinks"}) {
+        add(std::string("decode_modifier/") + word + "/" + describe(s) + "/" + way, decode_modifier,
+            s, dtype, std::string(way));
       }
     }
   }

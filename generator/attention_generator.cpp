@@ -2,6 +2,7 @@
 // dims, masks, soft cap, sparse pattern, extra outputs, form: generator/variant.h); batch,
 // sequence lengths and head counts are run-time.
 #include "generator/attention_algorithm.h"
+#include "generator/modifier_inputs.h"
 #include "generator/plan.h"
 #include "schedules/schedule.h"
 
@@ -35,10 +36,7 @@ class Attention : public Generator<Attention> {
   Input<Buffer<float, 4>>* add_mask = nullptr;     // (j, i, h, b), broadcast where unused
   // Generic pattern kernels only: the pattern's parameters (PatternSpec's, in its order).
   std::vector<Input<int32_t>*> pattern_values;
-  // A modifier's parameters (its layout's tensors, then its scalars: core/modifier.h), named
-  // mod_<name> so that no modifier's names clash with the kernel's.
-  std::vector<Input<Buffer<>>*> modifier_tensors;
-  std::vector<Input<float>*> modifier_scalars;
+  attngen::ModifierInputs modifier;             // the variant's modifier's parameters
   Output<Buffer<>>* out = nullptr;              // (dv, h, s, b)
   Output<Buffer<float, 4>>* weights = nullptr;  // (j, i, h, b): P [B, Hq, Sq, Skv]
   Output<Buffer<float, 3>>* lse = nullptr;      // (i, h, b): [B, Hq, Sq]
@@ -72,22 +70,7 @@ class Attention : public Generator<Attention> {
         }
       }
     }
-    if (!v_.modifier.empty()) {
-      modifier_ = attngen::find_modifier(v_.modifier);
-      if (modifier_ == nullptr) {
-        throw CompileError("attngen: no modifier " + v_.modifier +
-                           " (the generator has: " + attngen::modifier_names() + ")");
-      }
-      const attngen::ModifierLayout& l = modifier_->layout;
-      for (int t = 0; t < l.tensors; ++t) {
-        modifier_tensors.push_back(add_input<Buffer<>>(std::string("mod_") + l.tensor[t].name,
-                                                       attngen::halide_type(l.tensor[t].dtype),
-                                                       l.tensor[t].rank));
-      }
-      for (int c = 0; c < l.scalars; ++c) {
-        modifier_scalars.push_back(add_input<float>(std::string("mod_") + l.scalar[c]));
-      }
-    }
+    modifier.add(*this, v_.modifier);
     out = add_output<Buffer<>>("out", attngen::halide_type(v_.out_dtype), 4);
     if (v_.weights) weights = add_output<Buffer<float, 4>>("weights");
     if (v_.lse) lse = add_output<Buffer<float, 3>>("lse");
@@ -137,16 +120,8 @@ class Attention : public Generator<Attention> {
       }
     }
 
-    if (modifier_ != nullptr) {
-      in.modifier = modifier_;
-      for (Input<Buffer<>>* t : modifier_tensors) {
-        in.modifier_params.tensors.push_back(*t);
-        std::vector<Expr> extents;
-        for (int d = 0; d < t->dimensions(); ++d) extents.push_back(t->dim(d).extent());
-        in.modifier_params.extents.push_back(extents);
-      }
-      for (Input<float>* c : modifier_scalars) in.modifier_params.scalars.push_back(*c);
-    }
+    in.modifier = modifier.modifier;
+    in.modifier_params = modifier.params();
 
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
@@ -186,21 +161,7 @@ class Attention : public Generator<Attention> {
     if (mask) mask->dim(0).set_stride(Expr());
     if (mask) mask->set_estimates({{0, E::kSeq}, {0, E::kSeq}, {0, E::kHeads}, {0, E::kBatch}});
     if (layout) layout->set_estimates({{0, E::kSeq / 64}, {0, E::kSeq / 64}});
-    for (size_t t = 0; t < modifier_tensors.size(); ++t) {
-      const attngen::ModifierTensor& mt = modifier_->layout.tensor[t];
-      Region estimates;
-      for (int d = mt.rank; d-- > 0;) {  // innermost first
-        const attngen::ModifierDim dim = mt.dims[d];
-        const int extent = dim == attngen::ModifierDim::kB ? E::kBatch
-                           : dim == attngen::ModifierDim::kHq || dim == attngen::ModifierDim::kHkv
-                               ? E::kHeads
-                           : dim == attngen::ModifierDim::kAny ? 16
-                                                               : E::kSeq;
-        estimates.push_back({0, extent});
-      }
-      modifier_tensors[t]->set_estimates(estimates);
-    }
-    for (Input<float>* c : modifier_scalars) c->set_estimate(0.0f);
+    modifier.set_estimates({E::kBatch, E::kHeads, E::kHeads, E::kSeq, E::kSeq, 16});
     scale->set_estimate(0.125f);
     softcap_value->set_estimate(50.0f);
     bottom_right->set_estimate(true);
@@ -238,7 +199,6 @@ class Attention : public Generator<Attention> {
 
  private:
   attngen::KernelVariant v_;
-  const attngen::Modifier* modifier_ = nullptr;
   bool bf16_pairs_ = false;
   bool amx_ = false;
 };

@@ -10,6 +10,24 @@ using namespace Halide;
 
 namespace {
 
+// The modifier's run-time parameters, with the stages its functions define kept in f.
+ModifierParams modifier_params(const DecodeInputs& in, DecodeFuncs& f) {
+  ModifierParams p = in.modifier_params;
+  p.stages = &f.modifier_stages;
+  return p;
+}
+
+// Whether the modifier reads a tensor along Skv (at a key's position).
+bool modifier_reads_keys(const Modifier* m) {
+  if (m == nullptr) return false;
+  for (int t = 0; t < m->layout.tensors; ++t) {
+    for (int d = 0; d < m->layout.tensor[t].rank; ++d) {
+      if (m->layout.tensor[t].dims[d] == ModifierDim::kSkv) return true;
+    }
+  }
+  return false;
+}
+
 // A cached element as f32, converted where it is read. f16 by the CPU's conversion instruction
 // where the kernel widens natively (x86 with F16C: generator/native_f16.h); elsewhere Halide 14's
 // f16 casts are a long emulation, so f16 is converted here with vector integer and float
@@ -309,7 +327,30 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   }
   f.scores = Func("scores");
   const Expr score_scale = quantised ? in.scale * f.k_scale(s, hk, b) : in.scale;
-  f.scores(s, r, hk, b) = select(attend, dot * score_scale, kMaskedScore);
+  Expr score = dot * score_scale;
+  // The variant's modifier (generator/modifier.h) at query head hk * g + r % g, row `query` at
+  // position len - q_len + query, and the key's position: a score modifier on the scaled score,
+  // a mask modifier as one more mask. The modifier's Skv is the capacity (DecodeInputs); a key
+  // position is clamped into it only for a modifier with tensors along Skv (the runtime refuses
+  // those over a ring, whose positions pass the capacity), so that distances stay exact.
+  const Expr offset = len - q_len;
+  const Expr modifier_key = modifier_reads_keys(in.modifier) ? clamp(p, 0, in.capacity - 1) : p;
+  if (in.modifier != nullptr && (in.modifier->score || in.modifier->mask)) {
+    const ModifierIndex at{b,
+                           hk * group + r % group,
+                           clamp(query, 0, in.seq_q - 1),
+                           modifier_key,
+                           offset + query,
+                           in.heads_q,
+                           in.seq_q,
+                           in.capacity,
+                           offset,
+                           query};
+    const ModifierParams params = modifier_params(in, f);
+    if (in.modifier->score) score = in.modifier->score(score, at, params);
+    if (in.modifier->mask) attend = attend && in.modifier->mask(at, params);
+  }
+  f.scores(s, r, hk, b) = select(attend, score, kMaskedScore);
 
   // Per key block, as in the key-block form of attention (generator/online_softmax.h): its
   // max, exps relative to it, their sum and their product with V. Blocks start `block` keys
@@ -367,12 +408,35 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   // The test is a Func, so that bounds inference cannot solve the RDom predicate for sp and
   // widen the per-block stages to many blocks.
   const Expr first = kb * block;
-  f.visit = Func("visit");
-  f.visit(kb, b) =
+  Expr visit =
       first < Halide::min(len, in.slots) &&
       (in.window < 0 || len > in.capacity || first + (block - 1) >= len - q_len - in.window);
+  f.visit = Func("visit");
+  const bool mask_modifier = in.modifier != nullptr && in.modifier->mask;
+  if (mask_modifier) {
+    // The modifier's block test over the kv head's g query heads and the call's rows, at the
+    // positions the block's slots hold where those are the slots themselves (no ring lap yet).
+    ModifierBlock mb;
+    mb.b = b;
+    mb.h = hk * group;
+    mb.heads = group;
+    mb.query_tile_index = 0;
+    mb.query_tile = Halide::max(in.seq_q, 1);
+    mb.key_block_index = kb;
+    mb.key_block = block;
+    mb.offset = offset;
+    mb.heads_q = in.heads_q;
+    mb.seq_q = in.seq_q;
+    mb.seq_kv = in.capacity;
+    visit = visit &&
+            (len > in.capacity || modifier_block_visit(*in.modifier, mb, modifier_params(in, f)));
+    f.visit(kb, hk, b) = visit;
+  } else {
+    f.visit(kb, b) = visit;
+  }
   f.rb = RDom(0, f.blocks_per_split, "rb");
-  f.rb.where(f.visit(sp * f.blocks_per_split + f.rb, b));
+  const Expr visited_block = sp * f.blocks_per_split + f.rb;
+  f.rb.where(mask_modifier ? f.visit(visited_block, hk, b) : f.visit(visited_block, b));
 
   f.state = Func("split_state");
   f.state(d, r, sp, hk, b) = initial_softmax_state();
@@ -384,16 +448,28 @@ DecodeFuncs define_decode(const DecodeSpec& spec, const DecodeInputs& in) {
   f.state(d, r, sp, hk, b) = Tuple(merged.acc, merged.max, merged.sum);
 
   // Log-sum-exp merge of the splits: each partial weighs exp(its max - the overall max).
+  // A modifier's sink logit z_h joins the merge once (not once per split): the max starts from
+  // it, and the sum from its term exp(z_h - max) (sink_softmax_state).
   f.rs = RDom(0, f.splits, "rs");
+  Tuple sink = initial_softmax_state();
+  if (in.modifier != nullptr && in.modifier->sink) {
+    sink = sink_softmax_state(in.modifier->sink(hk * group + r % group, modifier_params(in, f)));
+  }
   f.max = Func("split_max");
-  f.max(r, hk, b) = kMaskedScore;
+  f.max(r, hk, b) = sink[1];
   f.max(r, hk, b) = Halide::max(f.max(r, hk, b), f.state(0, r, f.rs, hk, b)[1]);
   const Expr split_max = f.state(0, r, sp, hk, b)[1];
   f.weight = Func("split_weight");
   f.weight(sp, r, hk, b) =
       select(is_masked(split_max), 0.0f, softmax_exp(split_max - f.max(r, hk, b), spec.native_exp));
   f.sum = Func("split_sum");
-  f.sum(r, hk, b) = 0.0f;
+  if (in.modifier != nullptr && in.modifier->sink) {
+    const Expr sink_max = sink[1];
+    f.sum(r, hk, b) =
+        select(is_masked(sink_max), 0.0f, softmax_exp(sink_max - f.max(r, hk, b), spec.native_exp));
+  } else {
+    f.sum(r, hk, b) = 0.0f;
+  }
   f.sum(r, hk, b) += f.state(0, r, f.rs, hk, b)[2] * f.weight(f.rs, r, hk, b);
   f.acc = Func("split_acc");
   f.acc(d, r, hk, b) = 0.0f;

@@ -24,8 +24,11 @@
 //  - the partials of all splits are merged with a log-sum-exp merge.
 #pragma once
 
+#include <vector>
+
 #include "Halide.h"
 #include "core/targets.h"
+#include "generator/modifier.h"
 
 namespace attngen {
 
@@ -101,6 +104,11 @@ struct DecodeInputs {
   Halide::Expr split_keys;  // keys per split-KV partial (>= 1; rounded up to whole key blocks)
   Halide::Expr dqk, dv;     // generic kernels only: the cache's head dims
   Halide::Expr v_finite;    // no V element of the layer is NaN or infinite (pv_term)
+  // The variant's modifier (generator/modifier.h) and its run-time parameters, or nullptr. Its
+  // dims: B, Hq, Hkv, Sq the new queries, Skv the capacity (a sequence's positions); it sees
+  // query i of sequence b at position kv_len - q_len + i and each key at its position.
+  const Modifier* modifier = nullptr;
+  ModifierParams modifier_params;
 };
 
 struct DecodeFuncs {
@@ -142,7 +150,10 @@ struct DecodeFuncs {
   // filled one), as stored; its P.V's keys of a block as (group of the block, slot of the group).
   Halide::Func v_rows;
   Halide::RDom rgroup;
-  Halide::Func visit;             // (kb, b) whether block kb may hold a key some row attends
+  Halide::Func visit;  // (kb, b) whether block kb may hold a key some row attends;
+                       // (kb, hk, b) with a mask modifier (its test per kv head)
+  // The modifier's stages (generator/modifier.h): computed once per call, before the rest.
+  std::vector<Halide::Func> modifier_stages;
   Halide::Func state;             // (d, r, sp, hk, b) Tuple(acc, max, sum) of split sp
   Halide::Func max;               // (r, hk, b) over the splits
   Halide::Func weight;            // (sp, r, hk, b) exp(split max - max), 0 for an empty split

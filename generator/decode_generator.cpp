@@ -7,6 +7,7 @@
 
 #include "core/kv_layout.h"
 #include "generator/decode_algorithm.h"
+#include "generator/modifier_inputs.h"
 #include "generator/native_code.h"
 #include "generator/online_softmax.h"
 #include "generator/plan.h"
@@ -44,7 +45,8 @@ class Decode : public Generator<Decode> {
   // Whether no V element of the layer is NaN or infinite (the cache tracks its appends): then
   // P.V multiplies as it is (generator/online_softmax.h, pv_term).
   Input<bool>* v_finite = nullptr;
-  Output<Buffer<>>* out = nullptr;  // (dv, h, i, b)
+  attngen::ModifierInputs modifier;  // the variant's modifier's parameters
+  Output<Buffer<>>* out = nullptr;   // (dv, h, i, b)
 
   void configure() {
     v_ = attngen::variant_or_throw(variant, attngen::Op::kDecode);
@@ -63,6 +65,7 @@ class Decode : public Generator<Decode> {
     v = add_input<Buffer<>>("v", kv_type, 4);
     if (v_.kv_dtype == attngen::DType::kI8) kv_scales = add_input<Buffer<float, 4>>("kv_scales");
     v_finite = add_input<bool>("v_finite");
+    modifier.add(*this, v_.modifier);
     out = add_output<Buffer<>>("out", t, 4);
   }
 
@@ -113,6 +116,8 @@ class Decode : public Generator<Decode> {
     in.dqk = q->dim(0).extent();
     in.dv = grouped ? v->dim(0).extent() / attngen::kSlotGroup : v->dim(0).extent();
     in.v_finite = *v_finite;
+    in.modifier = modifier.modifier;
+    in.modifier_params = modifier.params();
 
     attngen::DecodeFuncs f = attngen::define_decode(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
@@ -160,6 +165,7 @@ class Decode : public Generator<Decode> {
     page_shift->set_estimate(12);  // one page of kSlots
     block_table->set_estimates({{0, 1}, {0, E::kBatch}});
     out->set_estimates({{0, spec.head_dim_v}, {0, E::kHeads}, {0, kQueries}, {0, E::kBatch}});
+    modifier.set_estimates({E::kBatch, E::kHeads, kKvHeads, kQueries, kSlots, 16});
 
     // The kernel writes `out` directly: schedule f.out as the output stage.
     f.out.compute_inline();

@@ -78,10 +78,15 @@ Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
   const Expr i = Variable::make(Int(32), "attngen_modifier_i");
   const Expr j = Variable::make(Int(32), "attngen_modifier_j");
   const Expr p = Variable::make(Int(32), "attngen_modifier_p");
+  const bool one_head = is_const_one(block.heads);
+  const Expr h = one_head ? block.h : Variable::make(Int(32), "attngen_modifier_h");
   const ModifierIndex at{
-      block.b,      block.h,         i, j, p, block.heads_q, block.seq_q, block.seq_kv,
-      block.offset, p - block.offset};
-  PointReads points({"attngen_modifier_i", "attngen_modifier_j", "attngen_modifier_p"});
+      block.b,         h, i, j, p, block.heads_q, block.seq_q, block.seq_kv, block.offset,
+      p - block.offset};
+  std::vector<std::string> varying = {"attngen_modifier_i", "attngen_modifier_j",
+                                      "attngen_modifier_p"};
+  if (!one_head) varying.push_back("attngen_modifier_h");
+  PointReads points(varying);
   const Expr mask = points.mutate(modifier.mask(at, params));
   Scope<Interval> ranges;
   ranges.push("attngen_modifier_i", Interval(min(block.first_row(), block.seq_q - 1),
@@ -89,6 +94,9 @@ Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
   ranges.push("attngen_modifier_j", Interval(min(block.first_key(), block.seq_kv - 1),
                                              min(block.last_key(), block.seq_kv - 1)));
   ranges.push("attngen_modifier_p", Interval(block.first_position(), block.last_position()));
+  if (!one_head) {
+    ranges.push("attngen_modifier_h", Interval(block.h, block.h + (block.heads - 1)));
+  }
   const Interval may = bounds_of_expr_in_scope(mask, ranges);
   if (!may.has_upper_bound()) return const_true();
   return simplify(substitute(points.replaced, may.max));

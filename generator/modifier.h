@@ -38,16 +38,18 @@ struct ModifierParams {
 };
 
 // A (query tile, key block) pair of a key-block kernel (generator/attention_algorithm.h): batch
-// b and query head h (points), the tile's query_tile rows from query_tile_index * query_tile, at
-// positions offset + row, and the block's key_block keys from key_block_index * key_block. The
-// last tile and block may pass Sq - 1 and Skv - 1 (those rows are never read, those keys never
-// attended). b is the enclosing Func's Var: offset is in terms of it, and a modifier's stages may
-// be defined over it.
+// b, the query heads h .. h + heads - 1 (attention: the one head h; decode: the query heads of a
+// kv head), the tile's query_tile rows from query_tile_index * query_tile, at positions offset +
+// row, and the block's key_block keys from key_block_index * key_block. The last tile and block
+// may pass Sq - 1 and Skv - 1 (those rows are never read, those keys never attended). b is the
+// enclosing Func's Var: offset is in terms of it, and a modifier's stages may be defined over it.
+// A block test holds for the whole range: false only where no pair of any of its heads attends.
 struct ModifierBlock {
   Halide::Var b;
-  Halide::Expr h;
+  Halide::Expr h, heads = 1;
   Halide::Expr query_tile_index, key_block_index;
-  int query_tile = 1, key_block = 1;
+  Halide::Expr query_tile = 1;
+  int key_block = 1;
   Halide::Expr offset;
   Halide::Expr heads_q, seq_q, seq_kv;
 
@@ -78,7 +80,8 @@ struct Modifier {
 // Whether some pair of `block` may attend under the modifier's mask: its own block test, or
 // else one derived from its mask by interval arithmetic over the block's rows, positions and
 // keys (tensor reads at indices that do not vary over the block are single values; reads that
-// do are unknown, and the pair may attend). True for a modifier without a mask.
+// do are unknown, and the pair may attend; over several heads, reads at indices involving h
+// too). True for a modifier without a mask.
 Halide::Expr modifier_block_visit(const Modifier& modifier, const ModifierBlock& block,
                                   const ModifierParams& params);
 

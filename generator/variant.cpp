@@ -158,7 +158,8 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       }
       break;
     case Op::kDecode:
-      if (!only({"HEAD_DIM", "HEAD_DIM_V", "MASK", "KEY_BLOCK", "KV_DTYPE", "GENERIC"})) {
+      if (!only(
+              {"HEAD_DIM", "HEAD_DIM_V", "MASK", "KEY_BLOCK", "KV_DTYPE", "GENERIC", "MODIFIER"})) {
         return false;
       }
       // Queries of a KV cache attend the cached positions up to their own (bottom-right).
@@ -169,10 +170,6 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
       break;
     case Op::kAttention:
       if (has("KV_DTYPE")) return fail("KV_DTYPE is for OP decode (the cache's element type)");
-      if (has("MODIFIER") && !valid_modifier_name(v->modifier.c_str())) {
-        return fail("MODIFIER " + v->modifier +
-                    ": a name is letters, digits and _, starting with a letter, at most 31");
-      }
       if (has("OUT_DTYPE") && v->out_dtype != DType::kF32) {
         return fail("OUT_DTYPE takes f32 (an output in the inputs' dtype is the default)");
       }
@@ -185,6 +182,10 @@ bool check_variant(KernelVariant* v, const std::map<std::string, bool>& given, s
         }
       }
       break;
+  }
+  if (has("MODIFIER") && !valid_modifier_name(v->modifier.c_str())) {
+    return fail("MODIFIER " + v->modifier +
+                ": a name is letters, digits and _, starting with a letter, at most 31");
   }
   if (v->op != Op::kDecode) v->kv_dtype = v->dtype;
   if (!has("OUT_DTYPE")) v->out_dtype = v->dtype;

@@ -331,6 +331,8 @@ namespace {
 
 void schedule_decode_for(DecodeFuncs f, const DecodeSpec& spec, const TargetInfo& info,
                          const DecodeTunables& tunables) {
+  // A modifier's stages: small, once per call, on the CPU (as for attention).
+  for (Halide::Func stage : f.modifier_stages) stage.compute_root();
   switch (family_of(info)) {
     case Family::kGpu:
       schedule_decode_cuda(f, spec, info);

@@ -13,11 +13,17 @@
 // raw_kv(rel_l2, max_abs) gives them unrounded instead and checks the stated bound (the error of
 // the storage type itself). input_dtype(F16 / BF16) appends tensors of that type (their values are
 // the reference's).
+//
+// Modifiers: modifier(name) draws fresh random parameters of a library modifier for every Test(),
+// gives them to every decode call (options.modifier) and its own float64 version to the
+// reference; every call must then run a kernel generated with it. isas() runs every decode call
+// under each of a list of ISAs in turn, one draw of inputs and one reference for all of them.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -166,6 +172,30 @@ class DecodeTester {
     scattered_ = true;
     return *this;
   }
+  // A library modifier (attngen.h, "Modifiers") with fresh random parameters on every Test(),
+  // checked against the reference's own implementation of it; its dims in decode are B, Hq, Hkv,
+  // Sq = the call's new tokens t and Skv = the cache's capacity. "alibi" (random positive slopes
+  // that keep the bias within about 40, or with standard_slopes those of attngen_alibi_slopes();
+  // the symmetric form with symmetric), "sinks" (a few sinks or about a key block of them, a
+  // window of none, a few keys, under a key block, past one or up to half the longest sequence: key
+  // blocks of a long cache skipped, sinks and windows across block edges; fractional values among
+  // them), "sink_logit" (logits in [-3, 3], the first head's -inf, the last's large), "document"
+  // (ids [B, capacity] of packed documents of random lengths, some of 1; no ring buffer), "prefix"
+  // (lengths [B] of 0 to capacity + 2), "t5_bias" (a random table of 6 to 33 buckets, a reach of
+  // 2 to 128, either direction). Test(kernel) of a modifier kernel takes the kernel's modifier.
+  DecodeTester& modifier(std::string name, bool symmetric = false, bool standard_slopes = false) {
+    modifier_ = std::move(name);
+    symmetric_ = symmetric;
+    standard_slopes_ = standard_slopes;
+    return *this;
+  }
+  // Every decode call run under each of these ISAs in turn (attngen_set_isa(); automatic again
+  // afterwards), on one draw of inputs and one cache, each ISA's outputs checked against the one
+  // reference. With a modifier and an F32 cache, each run must take a kernel of its ISA.
+  DecodeTester& isas(std::vector<std::string> list) {
+    isas_ = std::move(list);
+    return *this;
+  }
   // Where Test() reports the error it measured (relative L2, max abs / max|V|).
   DecodeTester& report(double* rel_l2, double* max_abs_per_v) {
     report_rel_ = rel_l2;
@@ -176,8 +206,10 @@ class DecodeTester {
   std::string describe() const;
 
   // Runs `kernel` (by name) for every decode call and checks it; with kernel == nullptr the
-  // runtime chooses.
-  void Test(const attngen_kernel_info* kernel = nullptr) const;
+  // runtime chooses (under each of isas(), where given). `ran`, where given, receives the kernel
+  // of each decode call, in order.
+  void Test(const attngen_kernel_info* kernel = nullptr,
+            std::vector<std::string>* ran = nullptr) const;
 
  private:
   // One Test()'s sequences, cache and outputs so far.
@@ -193,12 +225,14 @@ class DecodeTester {
   void plan(Run& r) const;
   void make_sequences(Run& r, std::mt19937_64& rng) const;
   void make_rotated(Run& r, std::mt19937_64& rng) const;
+  void add_modifier(Run& r, std::mt19937_64& rng) const;
   void create_cache(Run& r) const;
   void scatter_pages(Run& r, std::mt19937_64& rng) const;
   void fill_prefix(Run& r, std::mt19937_64& rng) const;
   void step(Run& r, const std::vector<int32_t>& counts, bool attend, std::mt19937_64& rng) const;
   void append(Run& r, const std::vector<int32_t>& counts, const Storage& k, const Storage& v) const;
   void decode(Run& r, const std::vector<int32_t>& counts, const Storage& q) const;
+  void check_kernel(const Run& r, const std::string& isa) const;
   void compare_with_reference(const Run& r) const;
 
   int64_t batch_ = 1, hq_ = 1, hkv_ = 1, dqk_ = 64, dv_ = 64;
@@ -216,6 +250,9 @@ class DecodeTester {
   attngen_rope_pairs pairs_ = ATTNGEN_ROPE_HALF;
   double raw_rel_l2_ = 0, raw_max_abs_ = 0;
   double *report_rel_ = nullptr, *report_abs_ = nullptr;
+  std::string modifier_;  // empty: none
+  bool symmetric_ = false, standard_slopes_ = false;
+  std::vector<std::string> isas_;  // empty: dispatch as set by the caller
 };
 
 }  // namespace attngen::test

@@ -231,9 +231,22 @@ std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch
   if (p.window >= 0) {
     r.pattern = [w = p.window](int64_t pos, int64_t, int64_t j) { return j >= pos - w; };
   }
+  // The modifiers, each call's sequence (its batch of 1) taken as sequence b of the batch.
+  int64_t b = 0;
+  if (p.score_mod) {
+    r.score_mod = [&](double s, int64_t, int64_t h, int64_t pos, int64_t j) {
+      return p.score_mod(s, b, h, pos, j);
+    };
+  }
+  if (p.mask_mod) {
+    r.mask_mod = [&](int64_t, int64_t h, int64_t pos, int64_t j) {
+      return p.mask_mod(b, h, pos, j);
+    };
+  }
+  r.sink_logit = p.sink_logit;
   std::vector<double> magnitude;
   if (p.magnitude) r.magnitude = &magnitude;
-  for (int64_t b = 0; b < batch; ++b) {
+  for (; b < batch; ++b) {
     const std::vector<double>& kb = k[static_cast<size_t>(b)];
     const std::vector<double>& vb = v[static_cast<size_t>(b)];
     const int64_t rows = p.counts.empty() ? t : p.counts[static_cast<size_t>(b)];

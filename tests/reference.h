@@ -121,13 +121,22 @@ struct RefDecode {
   double scale = 0.0;           // 0: 1/sqrt(head_dim_qk)
   int64_t window = -1;          // >= 0: a row at position p attends keys p - window .. p only
   std::vector<int64_t> counts;  // query rows per sequence; empty: every row of q
+  // A modifier, as RefAttention's (the same signatures and meaning), of sequence b (the index in
+  // the batch), query head h, the row's absolute position p and key j's absolute position: the
+  // score one after the scale (decode has no soft cap) and before the masks, the mask one ANDed
+  // with the causal mask and the window, the sink logit one term of every row's denominator.
+  std::function<double(double, int64_t, int64_t, int64_t, int64_t)> score_mod;
+  std::function<bool(int64_t, int64_t, int64_t, int64_t)> mask_mod;
+  std::function<double(int64_t)> sink_logit;
   std::vector<double>* magnitude = nullptr;  // as RefAttention::magnitude
 };
 
 // q dense [B, t, Hq, Dqk]; k[b], v[b] what sequence b of the cache holds after the step, dense
-// [n_b, Hkv, Dqk] and [n_b, Hkv, Dv], oldest position first. Sequence b's rows i < counts[b] are
-// its last counts[b] positions (row i at position n_b - counts[b] + i) and attend the positions
-// up to their own; rows past counts[b] are 0. Returns dense [B, t, Hq, Dv].
+// [n_b, Hkv, Dqk] and [n_b, Hkv, Dv], oldest position first: every position 0 .. n_b - 1, also
+// those a ring buffer no longer keeps (the window masks them), so that key j is at position j.
+// Sequence b's rows i < counts[b] are its last counts[b] positions (row i at position
+// n_b - counts[b] + i) and attend the positions up to their own; rows past counts[b] are 0.
+// Returns dense [B, t, Hq, Dv].
 std::vector<double> reference_decode(const std::vector<double>& q, int64_t batch, int64_t t,
                                      int64_t heads_q, const std::vector<std::vector<double>>& k,
                                      const std::vector<std::vector<double>>& v, const RefDecode& p);

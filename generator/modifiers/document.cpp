@@ -20,7 +20,7 @@ using Halide::Func;
 // (first, count) of ids' values: Tuple(min, max) over the indices first + r, r < count, clamped
 // into the sequence.
 Func id_range(const Func& ids, const Halide::Var& x, const Halide::Var& b, const Expr& first,
-              int count, const Expr& seq_kv, const std::string& name) {
+              const Expr& count, const Expr& seq_kv, const std::string& name) {
   Halide::RDom r(0, count, name + "_r");
   Func range(name);
   range(x, b) =

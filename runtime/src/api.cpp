@@ -562,69 +562,14 @@ bool validate_attention(Check& c, CallScratch& scratch, AttentionCall& call) {
   return true;
 }
 
-// The call's modifier's parameters against the kernel's layout of them (attngen_kernel_info,
-// core/modifier.h): each tensor of its dtype and shape in the call's dims, clear of the outputs,
-// none past the layout's, finite scalars and none past the layout's; their views in
-// call.modifier. Nothing is written.
+// The call's modifier's parameters against its kernel's layout (internal.h), in the call's dims;
+// their views in call.modifier.
 bool prepare_modifier(Check& c, AttentionCall& call, const attngen_kernel_info& kernel) {
-  const attngen_modifier* m = call.opt.modifier;
-  if (m == nullptr) return true;
-  const std::string who = std::string("modifier ") + m->name;
   const int64_t extent[] = {call.batch, call.heads_q, call.heads_kv, call.seq_q, call.seq_kv};
-  const auto dim_name = [](int32_t d) {  // a descriptor's code, any value read safely
-    return modifier_dim_name(static_cast<ModifierDim>(std::clamp(d, 0, 5)));
-  };
-  for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
-    const attngen_tensor* tensor = m->tensors[t];
-    if (t >= kernel.modifier_tensors) {
-      if (tensor != nullptr) {
-        return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                      who + " takes " + std::to_string(kernel.modifier_tensors) +
-                          " tensors, but tensors[" + std::to_string(t) + "] is set");
-      }
-      continue;
-    }
-    const attngen_modifier_tensor_info& info = kernel.modifier_tensor[t];
-    const std::string name = who + "'s " + info.name;
-    const char* dims[4];
-    for (int d = 0; d < info.rank; ++d) dims[d] = dim_name(info.dims[d]);
-    const TensorSpec spec{name.c_str(), info.dtype, info.rank, dims};
-    if (tensor == nullptr) {
-      return c.fail(ATTNGEN_ERROR_NULL_POINTER,
-                    name + " (tensors[" + std::to_string(t) + "]) is NULL");
-    }
-    if (!check_tensor(c, tensor, spec)) return false;
-    for (int d = 0; d < info.rank; ++d) {
-      if (info.dims[d] >= 0 && info.dims[d] < 5 &&
-          !check_dim(c, *tensor, spec, d, extent[info.dims[d]],
-                     (std::string(dim_name(info.dims[d])) + " of the call").c_str())) {
-        return false;
-      }
-    }
-    for (const attngen_tensor* o : {static_cast<const attngen_tensor*>(call.out),
-                                    static_cast<const attngen_tensor*>(call.opt.weights),
-                                    static_cast<const attngen_tensor*>(call.opt.lse)}) {
-      if (o != nullptr &&
-          !check_no_alias(c, *o, o == call.out ? "out" : "an output", *tensor, name.c_str())) {
-        return false;
-      }
-    }
-    make_view(call.modifier[t], *tensor);
-  }
-  for (int i = 0; i < ATTNGEN_MAX_MODIFIER_SCALARS; ++i) {
-    const float x = m->scalars[i];
-    if (i >= kernel.modifier_scalars && x != 0.0f) {
-      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                    who + " takes " + std::to_string(kernel.modifier_scalars) +
-                        " scalars, but scalars[" + std::to_string(i) + "] is set");
-    }
-    if (!std::isfinite(x)) {
-      return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                    who + "'s " + (i < kernel.modifier_scalars ? kernel.modifier_scalar[i] : "") +
-                        " (scalars[" + std::to_string(i) + "]) is not finite");
-    }
-  }
-  return true;
+  return prepare_modifier(
+      c, call.opt.modifier, kernel, extent,
+      {{call.out, "out"}, {call.opt.weights, "an output"}, {call.opt.lse, "an output"}},
+      call.modifier);
 }
 
 // The kernel for a call: the one named, or the best that takes the call's own dtypes; where
@@ -742,14 +687,7 @@ bool attention_args(Check& c, CallScratch& scratch, AttentionCall& call,
     args.add_mask =
         args.mask_kind == ATTNGEN_MASK_TENSOR_ADDITIVE ? &call.mask.buf : &views.add_mask.buf;
   }
-  if (opt.modifier != nullptr) {
-    for (int t = 0; t < kernel.modifier_tensors; ++t) {
-      args.modifier_tensors[t] = &call.modifier[t].buf;
-    }
-    for (int i = 0; i < ATTNGEN_MAX_MODIFIER_SCALARS; ++i) {
-      args.modifier_scalars[i] = opt.modifier->scalars[i];
-    }
-  }
+  pass_modifier(opt.modifier, kernel, call.modifier, args);
   args.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(call.dqk));
   args.softcap = opt.softcap;
   args.bottom_right = needs_bottom_right(opt.alignment, call.seq_q, call.kv_len, call.batch);
@@ -1288,8 +1226,7 @@ struct AttentionDescriptions {
   attngen_attention_options opt{};
   // The modifier (its name resolved into the plan's kernel's, which outlives the plan) and its
   // tensors' descriptions.
-  attngen_modifier modifier{};
-  attngen_tensor modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]{};
+  KeptModifier modifier;
   // The rope over the plan's copy of its frequencies, and the positions' descriptions.
   attngen_rope rope{};
   attngen_tensor rope_freq{}, q_positions{}, k_positions{};
@@ -1321,15 +1258,8 @@ struct AttentionDescriptions {
       rope = kept_rope.described(&rope_freq);
       opt.rope = &rope;
     }
-    if (call.opt.modifier != nullptr) {
-      modifier = *call.opt.modifier;
-      modifier.name = kernel_modifier;
-      for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
-        modifier.tensors[t] = copy(call.opt.modifier->tensors[t], modifier_tensors[t]);
-        modifier_tensors[t].data = nullptr;
-      }
-      opt.modifier = &modifier;
-    }
+    modifier.keep(call.opt.modifier, kernel_modifier);
+    opt.modifier = modifier.get();
   }
 
   // The descriptions over one run's data, into `to` (whose option pointers point into it);
@@ -1340,27 +1270,8 @@ struct AttentionDescriptions {
       to.rope.inv_freq = &to.rope_freq;
       to.opt.rope = &to.rope;
     }
-    if (opt.modifier != nullptr) {
-      to.opt.modifier = &to.modifier;
-      for (int t = 0; t < ATTNGEN_MAX_MODIFIER_TENSORS; ++t) {
-        if (modifier.tensors[t] == nullptr && d.modifier_tensors[t] != nullptr) {
-          return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                        "data.modifier_tensors[" + std::to_string(t) +
-                            "] is set, but the plan's modifier has no such tensor");
-        }
-        if (modifier.tensors[t] != nullptr) {
-          to.modifier_tensors[t].data = const_cast<void*>(d.modifier_tensors[t]);
-          to.modifier.tensors[t] = &to.modifier_tensors[t];
-        }
-      }
-    } else {
-      for (const void* t : d.modifier_tensors) {
-        if (t != nullptr) {
-          return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
-                        "data.modifier_tensors is set, but the plan's call has no modifier");
-        }
-      }
-    }
+    if (!modifier.over(c, d.modifier_tensors, to.modifier)) return false;
+    to.opt.modifier = to.modifier.get();
     to.q.data = const_cast<void*>(d.q);
     to.k.data = const_cast<void*>(d.k);
     to.v.data = const_cast<void*>(d.v);

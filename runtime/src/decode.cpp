@@ -4,6 +4,7 @@
 // written.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/kv_layout.h"
+#include "core/modifier.h"
 #include "core/targets.h"
 #include "runtime/src/kv_cache.h"
 #include "runtime/src/rope.h"
@@ -65,6 +67,11 @@ bool check_decode_options(Check& c, float scale, int32_t kv_splits) {
   return true;
 }
 
+// attngen_decode_options by the ABI rule (published without its modifier).
+bool read_options_decode(Check& c, const attngen_decode_options* in, attngen_decode_options* out) {
+  return read_options(c, in, "options", out, offsetof(attngen_decode_options, modifier));
+}
+
 // A decode kernel of each form (registry.cpp's form_rank): the default one for calls whose longest
 // sequence fills fewer than kDecodeLongKeys slots (core/targets.h), a KEY_BLOCK one from
 // there; the same kernel for both where only one fits the call, one is named, or the call needs
@@ -77,21 +84,61 @@ struct DecodeKernels {
   }
 };
 
+// What a decode kernel reads of one layer of a cache: its storage's K and V (and an I8 cache's
+// scales), the block table, and the options that shape them; or (as_f32) the layer copied into
+// an F32 contiguous cache's layout (kv_cache.h, copy_layer_f32) with its one-page table.
+struct DecodeSource {
+  attngen_kv_cache_options options;
+  attngen_tensor k, v, table;
+  attngen_tensor scales{};
+  bool has_scales = false;
+  int32_t page_shift = 0;
+  bool v_nonfinite = false;
+
+  static DecodeSource of(const attngen_kv_cache& cache, int64_t layer) {
+    DecodeSource s{cache.options, cache_layer(cache, layer, false), cache_layer(cache, layer, true),
+                   cache_table(cache)};
+    s.has_scales = cache.scales != nullptr;
+    if (s.has_scales) s.scales = cache_scales(cache, layer);
+    s.page_shift = cache.page_shift;
+    s.v_nonfinite = cache.v_nonfinite;
+    return s;
+  }
+  // Over `copy` (B * Hkv * capacity * (Dqk + Dv) floats) and `table` (B entries, written here).
+  static DecodeSource as_f32(const attngen_kv_cache& cache, float* copy, int32_t* table) {
+    attngen_kv_cache_options o = cache.options;
+    o.dtype = ATTNGEN_F32;
+    o.page_slots = 0;
+    o.pages = o.batch;
+    const int64_t shape[4] = {o.batch, o.heads_kv, o.capacity, o.head_dim_qk + o.head_dim_v};
+    DecodeSource s{o, attngen_tensor_contiguous(copy, ATTNGEN_F32, 4, shape),
+                   attngen_tensor_contiguous(copy + o.head_dim_qk, ATTNGEN_F32, 4, shape),
+                   attngen_tensor{}};
+    s.k.shape[3] = o.head_dim_qk;  // the strides stay those of the copy's slots
+    s.v.shape[3] = o.head_dim_v;
+    const int64_t table_shape[2] = {o.batch, 1};
+    for (int64_t b = 0; b < o.batch; ++b) table[b] = static_cast<int32_t>(b);
+    s.table = attngen_tensor_contiguous(table, ATTNGEN_I32, 2, table_shape);
+    while ((int64_t{1} << s.page_shift) < o.capacity) ++s.page_shift;
+    s.v_nonfinite = cache.v_nonfinite;
+    return s;
+  }
+};
+
 // A decode kernel's arguments over `slots` of the layer's slots (Halide views kept here):
 // q [B, t, Hq, Dqk] over the layer's cached positions (kv_len[b] of each sequence, q_len[b] of
 // its query rows) into out.
 struct DecodeRun {
   HalideView hq, hk, hv, ho, hl, hn, hs, ht;
   attngen_kernel_args args{};
-  void make(const attngen_kv_cache& cache, int64_t layer, const attngen_tensor& q,
-            const attngen_tensor& out, float scale, int32_t* kv_len, int32_t* q_len, int64_t slots,
-            int32_t kv_splits) {
-    const attngen_kv_cache_options& o = cache.options;
+  void make(const DecodeSource& source, const attngen_tensor& q, const attngen_tensor& out,
+            float scale, int32_t* kv_len, int32_t* q_len, int64_t slots, int32_t kv_splits) {
+    const attngen_kv_cache_options& o = source.options;
     make_view(hq, q);
-    make_view(hk, cache_layer(cache, layer, false));
-    make_view(hv, cache_layer(cache, layer, true));
-    if (cache.scales != nullptr) make_view(hs, cache_scales(cache, layer));
-    make_view(ht, cache_table(cache));
+    make_view(hk, source.k);
+    make_view(hv, source.v);
+    if (source.has_scales) make_view(hs, source.scales);
+    make_view(ht, source.table);
     make_view(ho, out);
     const int64_t batch = o.batch;
     make_view(hl, attngen_tensor_contiguous(kv_len, ATTNGEN_I32, 1, &batch));
@@ -100,8 +147,8 @@ struct DecodeRun {
     args.q = &hq.buf;
     args.k = &hk.buf;
     args.v = &hv.buf;
-    args.kv_scales = cache.scales != nullptr ? &hs.buf : nullptr;
-    args.v_finite = cache.v_nonfinite ? 0 : 1;
+    args.kv_scales = source.has_scales ? &hs.buf : nullptr;
+    args.v_finite = source.v_nonfinite ? 0 : 1;
     args.kv_len = &hl.buf;
     args.q_len = &hn.buf;
     args.out = &ho.buf;
@@ -110,8 +157,8 @@ struct DecodeRun {
     args.window = static_cast<int32_t>(o.window);
     args.split_keys = static_cast<int32_t>(split_keys(slots, o.batch * o.heads_kv, kv_splits));
     args.units = static_cast<int32_t>(
-        cache.options.dtype == ATTNGEN_F32 ? slots : (slots + kSlotGroup - 1) / kSlotGroup);
-    args.page_shift = cache.page_shift;
+        o.dtype == ATTNGEN_F32 ? slots : (slots + kSlotGroup - 1) / kSlotGroup);
+    args.page_shift = source.page_shift;
     args.block_table = &ht.buf;
   }
 };
@@ -162,6 +209,24 @@ struct DecodeQueries {
   }
 };
 
+// What a call adds to the layer its kernel reads: its modifier (the views of its tensors:
+// prepare_modifier), and where its kernels read F32 caches only (a modifier's kernels over a
+// cache of another dtype), the scratch the layer is copied into (DecodeSource::as_f32).
+struct DecodeExtras {
+  const attngen_modifier* modifier = nullptr;
+  HalideView modifier_views[ATTNGEN_MAX_MODIFIER_TENSORS];
+  float* f32_copy = nullptr;
+  int32_t* f32_table = nullptr;
+
+  DecodeSource source(const attngen_kv_cache& cache, int64_t layer) const {
+    return f32_copy != nullptr ? DecodeSource::as_f32(cache, f32_copy, f32_table)
+                               : DecodeSource::of(cache, layer);
+  }
+  void pass(const attngen_kernel_info& kernel, attngen_kernel_args& args) {
+    pass_modifier(modifier, kernel, modifier_views, args);
+  }
+};
+
 // Runs a validated decode: q [B, t, Hq, Dqk] (F32) over the layer's cached positions into out,
 // with the kernel of the form that serves the slots the longest sequence fills; returns the
 // kernel run, nullptr if it failed (c says why). kv_len (B values) is the call's scratch, queries
@@ -171,8 +236,12 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
                                       const attngen_kv_cache& cache, int64_t layer,
                                       const attngen_tensor& q_given, DecodeQueries& queries,
                                       const attngen_tensor& out, float scale, int32_t* counts,
-                                      int32_t* kv_len, int32_t kv_splits) {
+                                      int32_t* kv_len, int32_t kv_splits,
+                                      DecodeExtras* extras = nullptr) {
   const attngen_kv_cache_options& o = cache.options;
+  DecodeExtras none;
+  DecodeExtras& extra = extras != nullptr ? *extras : none;
+  const DecodeSource source = extra.source(cache, layer);
   DecodeRun run;
   CallScratch* scratch = CallScratch::current();
   if (scratch != nullptr && scratch->sizing()) {
@@ -188,7 +257,8 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
         continue;  // s + 1 has the same kernel, key blocks and split
       }
       std::fill(kv_len, kv_len + o.batch, static_cast<int32_t>(s));
-      run.make(cache, layer, q, out, scale, kv_len, counts, s, kv_splits);
+      run.make(source, q, out, scale, kv_len, counts, s, kv_splits);
+      extra.pass(*kernel, run.args);
       if (run_kernel(c, kernel, run.args) != ATTNGEN_OK) return nullptr;
     }
     return kernels.serving(o.capacity);
@@ -202,36 +272,43 @@ const attngen_kernel_info* run_decode(Check& c, const DecodeKernels& kernels,
   const attngen_tensor q = queries.of(q_given, counts, kv_len, false);
   // Only the slots some sequence fills are given to the kernel.
   const int64_t slots = slots_read(cache, longest);
-  run.make(cache, layer, q, out, scale, kv_len, counts, slots, kv_splits);
+  if (extra.f32_copy != nullptr) copy_layer_f32(cache, layer, slots, extra.f32_copy);
+  run.make(source, q, out, scale, kv_len, counts, slots, kv_splits);
   const attngen_kernel_info* kernel = kernels.serving(slots);
+  extra.pass(*kernel, run.args);
   const SerialRuns serial(o.batch * q.shape[1] * q.shape[2] * slots <= kSerialKeyRows);
   return run_kernel(c, kernel, run.args) == ATTNGEN_OK ? kernel : nullptr;
 }
 
 // The decode kernel for the cache's head dims and dtype and the queries' and output's dtypes (a
 // cache dtype no kernel takes: ATTNGEN_ERROR_DTYPE naming the cache), of the form that suits
-// seq_kv cached keys.
+// seq_kv cached keys, generated with the call's modifier (its name; "" none).
 KernelQuery decode_query(const attngen_kv_cache& cache, attngen_dtype q, attngen_dtype out,
-                         int64_t seq_kv = 0) {
+                         const char* modifier, int64_t seq_kv = 0, bool f32_cache = false) {
   KernelQuery query{ATTNGEN_OP_DECODE};
+  query.modifier = modifier;
   query.seq_kv = seq_kv;
   query.head_dim_qk = static_cast<int>(cache.options.head_dim_qk);
   query.head_dim_v = static_cast<int>(cache.options.head_dim_v);
   query.mask = ATTNGEN_MASK_CAUSAL;
   query.dtypes.q = q;
   query.dtypes.out = out;
-  query.dtypes.cache = cache.options.dtype;
+  query.dtypes.cache = f32_cache ? ATTNGEN_F32 : cache.options.dtype;
   return query;
 }
 
 // The kernels of the forms that serve a call reading `lo` to `hi` slots (a size query: every
 // length the layer may hold): a selection per form the call needs, not one on every call for each.
 DecodeKernels select_decode(Check& c, const attngen_kv_cache& cache, attngen_dtype q,
-                            attngen_dtype out, const char* name, int64_t lo, int64_t hi) {
+                            attngen_dtype out, const char* name, int64_t lo, int64_t hi,
+                            const char* modifier = "", bool f32_cache = false) {
   DecodeKernels k;
-  if (lo < kDecodeLongKeys) k.short_keys = select_kernel(c, decode_query(cache, q, out), name);
+  if (lo < kDecodeLongKeys) {
+    k.short_keys = select_kernel(c, decode_query(cache, q, out, modifier, 0, f32_cache), name);
+  }
   if (hi >= kDecodeLongKeys && (lo >= kDecodeLongKeys || k.short_keys != nullptr)) {
-    k.long_keys = select_kernel(c, decode_query(cache, q, out, kDecodeLongKeys), name);
+    k.long_keys =
+        select_kernel(c, decode_query(cache, q, out, modifier, kDecodeLongKeys, f32_cache), name);
   }
   if (k.short_keys == nullptr) k.short_keys = k.long_keys;
   if (k.long_keys == nullptr) k.long_keys = k.short_keys;
@@ -243,6 +320,10 @@ DecodeKernels select_decode(Check& c, const attngen_kv_cache& cache, attngen_dty
 struct DecodeChoice {
   DecodeKernels kernels;
   bool stage = false;
+  // The kernels read F32 caches only, the cache is of another dtype: each run reads the layer
+  // copied into F32 (DecodeExtras). A modifier's kernels built for F32 caches only serve every
+  // cache dtype this way.
+  bool f32_cache = false;
 };
 
 // One decode call's validated state: the counts and lengths (the call's scratch).
@@ -287,6 +368,9 @@ bool prepare_decode(Check& c, CallScratch& scratch, CallMode mode, DecodeCall& c
   call.kv_len = call.counts != nullptr
                     ? scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "the lengths")
                     : nullptr;
+  if (opt.modifier != nullptr && opt.modifier->name == nullptr) {
+    return c.fail(ATTNGEN_ERROR_NULL_POINTER, "modifier.name is NULL");
+  }
   if (call.kv_len == nullptr || !check_decode_options(c, opt.scale, opt.kv_splits) ||
       !prepare_counts(c, opt.counts, o.batch, t, call.counts) ||
       (mode == CallMode::kRun && !check_decode_fits(c, *cache, call.layer, call.counts))) {
@@ -310,21 +394,76 @@ bool prepare_decode(Check& c, CallScratch& scratch, CallMode mode, DecodeCall& c
   DecodeKernels& kernels = choice->kernels;
   kernels = DecodeKernels{};
   choice->stage = false;
+  choice->f32_cache = false;
+  const char* modifier = opt.modifier != nullptr ? opt.modifier->name : "";
   if (opt.kernel != nullptr || (q->dtype == ATTNGEN_F32 && out->dtype == ATTNGEN_F32) ||
-      may_fit_natively(decode_query(*cache, q->dtype, out->dtype))) {
-    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
+      may_fit_natively(decode_query(*cache, q->dtype, out->dtype, modifier))) {
+    kernels = select_decode(native, *cache, q->dtype, out->dtype, opt.kernel, lo, hi, modifier);
   }
   if (kernels.short_keys == nullptr) {
     choice->stage = opt.kernel == nullptr && (q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32);
-    kernels = choice->stage ? select_decode(c, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi)
-                            : select_decode(c, *cache, q->dtype, out->dtype, opt.kernel, lo, hi);
+    Check staged;
+    kernels =
+        choice->stage
+            ? select_decode(staged, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi, modifier)
+            : select_decode(staged, *cache, q->dtype, out->dtype, opt.kernel, lo, hi, modifier);
+    // A modifier without kernels over this cache's dtype: its F32-cache kernels, over the layer
+    // copied into F32 (DecodeChoice::f32_cache).
+    if (kernels.short_keys == nullptr && *modifier != '\0' && opt.kernel == nullptr &&
+        o.dtype != ATTNGEN_F32) {
+      Check f32;
+      kernels = select_decode(f32, *cache, ATTNGEN_F32, ATTNGEN_F32, nullptr, lo, hi, modifier,
+                              /*f32_cache=*/true);
+      choice->f32_cache = kernels.short_keys != nullptr;
+      if (choice->f32_cache) choice->stage = q->dtype != ATTNGEN_F32 || out->dtype != ATTNGEN_F32;
+    }
+    if (kernels.short_keys == nullptr) return c.fail(staged.status(), staged.message());
   }
   return kernels.short_keys != nullptr;
+}
+
+// The call's modifier's parameters against its kernels' layout (both forms' kernels are
+// generated with it), in the decode's dims (attngen_decode_options::modifier): their views.
+bool prepare_decode_modifier(Check& c, const DecodeCall& call, const DecodeKernels& kernels,
+                             DecodeExtras& extras) {
+  const attngen_modifier* m = call.opt.modifier;
+  if (m == nullptr) return true;
+  const attngen_kv_cache_options& o = call.cache->options;
+  const int64_t extent[] = {o.batch, call.q->shape[2], o.heads_kv, call.q->shape[1], o.capacity};
+  for (const attngen_kernel_info* k : {kernels.short_keys, kernels.long_keys}) {
+    // (A paged cache with a window masks, and holds positions below its capacity.)
+    for (int t = 0; t < k->modifier_tensors && o.window >= 0 && o.page_slots == 0; ++t) {
+      const attngen_modifier_tensor_info& info = k->modifier_tensor[t];
+      for (int d = 0; d < info.rank; ++d) {
+        if (info.dims[d] == static_cast<int32_t>(ModifierDim::kSkv)) {
+          return c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT,
+                        std::string("modifier ") + m->name + "'s " + info.name +
+                            " is indexed by key position, and the cache is a ring (a window): its "
+                            "positions pass its capacity (Skv)");
+        }
+      }
+    }
+    if (!prepare_modifier(c, m, *k, extent, {{call.out, "out"}}, extras.modifier_views)) {
+      return false;
+    }
+  }
+  extras.modifier = m;
+  return true;
 }
 
 // Runs a validated call on its kernels (kSize: measures them); returns the kernel that ran.
 const attngen_kernel_info* execute_decode(Check& c, CallScratch& scratch, const DecodeCall& call,
                                           const DecodeChoice& choice) {
+  DecodeExtras extras;
+  if (!prepare_decode_modifier(c, call, choice.kernels, extras)) return nullptr;
+  if (choice.f32_cache) {
+    const attngen_kv_cache_options& o = call.cache->options;
+    extras.f32_copy = scratch.array<float>(
+        c, static_cast<size_t>(o.batch * o.heads_kv * o.capacity * (o.head_dim_qk + o.head_dim_v)),
+        "the cache's layer in F32");
+    extras.f32_table = scratch.array<int32_t>(c, static_cast<size_t>(o.batch), "its block table");
+    if (extras.f32_copy == nullptr || extras.f32_table == nullptr) return nullptr;
+  }
   F32Staging staging;
   attngen_tensor q32 = *call.q, out32 = *call.out;
   DecodeQueries queries;
@@ -335,7 +474,7 @@ const attngen_kernel_info* execute_decode(Check& c, CallScratch& scratch, const 
   }
   const attngen_kernel_info* ran =
       run_decode(c, choice.kernels, *call.cache, call.layer, q32, queries, out32, call.opt.scale,
-                 call.counts, call.kv_len, call.opt.kv_splits);
+                 call.counts, call.kv_len, call.opt.kv_splits, &extras);
   if (ran != nullptr) staging.commit();
   return ran;
 }
@@ -350,7 +489,7 @@ attngen_status decode(CallMode mode, const attngen_tensor* q, const attngen_kv_c
     c.fail(ATTNGEN_ERROR_NULL_POINTER, "bytes is NULL");
   DecodeCall call{q, cache, layer, out, attngen_decode_options_default()};
   DecodeChoice choice;
-  if (!c.ok() || !read_options(c, options, "options", &call.opt) ||
+  if (!c.ok() || !read_options_decode(c, options, &call.opt) ||
       !prepare_decode(c, scratch, mode, call, &choice)) {
     return finish(c, nullptr);
   }
@@ -492,7 +631,8 @@ attngen_status run_mha_decode(Check& c, CallScratch& scratch, CallMode mode,
   if (mode == CallMode::kRun) {
     // In a workspace, all three kernels must fit before the append writes the cache.
     DecodeRun step;
-    step.make(*cache, layer, head_view(0), t_attn, 0.0f, kv_len, counts, 1, kv_splits);
+    step.make(DecodeSource::of(*cache, layer), head_view(0), t_attn, 0.0f, kv_len, counts, 1,
+              kv_splits);
     if (!precheck_kernel(c, linear, in_proj.args) ||
         !precheck_kernel(c, decode.short_keys, step.args) ||
         (decode.long_keys != decode.short_keys &&
@@ -614,7 +754,8 @@ attngen_decode_data attngen_decode_data_default(void) {
 
 struct attngen_decode_plan {
   attngen_tensor q{}, out{}, counts{};  // descriptions, data pointers cleared
-  attngen_decode_options opt{};         // its counts pointing at `counts` (or NULL)
+  attngen_decode_options opt{};         // its counts pointing at `counts` (or NULL), no modifier
+  KeptModifier modifier;                // the call's modifier (its data a run's)
   attngen_kv_cache_options cache{};     // of the cache it was made for
   int64_t rope_dim = 0;                 // its rope's rotary dims (0: none): its runs' scratch
   DecodeChoice choice;
@@ -638,7 +779,7 @@ attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen
   DecodeCall call{q, cache, layer, const_cast<attngen_tensor*>(out),
                   attngen_decode_options_default()};
   DecodeChoice choice;
-  if (!read_options(c, options, "options", &call.opt) ||
+  if (!read_options_decode(c, options, &call.opt) ||
       !prepare_decode(c, scratch, CallMode::kSize, call, &choice) ||
       execute_decode(c, scratch, call, choice) == nullptr) {
     return finish(c, nullptr);
@@ -653,6 +794,8 @@ attngen_status attngen_decode_plan_create(const attngen_tensor* q, const attngen
   p->q.data = p->out.data = nullptr;
   p->opt = call.opt;
   p->opt.kernel = nullptr;  // resolved into the plan's choice
+  p->modifier.keep(call.opt.modifier, choice.kernels.short_keys->modifier);
+  p->opt.modifier = nullptr;
   if (call.opt.counts != nullptr) {
     p->counts = *call.opt.counts;
     p->counts.data = nullptr;
@@ -682,8 +825,9 @@ attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
   if (plan == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "plan is NULL");
   if (data == nullptr) c.fail(ATTNGEN_ERROR_NULL_POINTER, "data is NULL");
   attngen_decode_data d = attngen_decode_data_default();
-  if (!c.ok() || !read_options(c, data, "data", &d) || !check_cache_layer(c, cache, layer) ||
-      !same_cache_shape(c, plan->cache, cache->options)) {
+  if (!c.ok() ||
+      !read_options(c, data, "data", &d, offsetof(attngen_decode_data, modifier_tensors)) ||
+      !check_cache_layer(c, cache, layer) || !same_cache_shape(c, plan->cache, cache->options)) {
     return finish(c, nullptr);
   }
   if (cache->rope.dim != plan->rope_dim) {
@@ -703,6 +847,9 @@ attngen_status attngen_decode_plan_run(const attngen_decode_plan* plan,
     c.fail(ATTNGEN_ERROR_INVALID_ARGUMENT, "data.counts is set, but the plan's call has no counts");
     return finish(c, nullptr);
   }
+  KeptModifier modifier;
+  if (!plan->modifier.over(c, d.modifier_tensors, modifier)) return finish(c, nullptr);
+  opt.modifier = modifier.get();
   CallScratch scratch(CallMode::kRun);
   scratch.set_planned_need(&plan->need);
   DecodeCall call{&q, cache, layer, &out, opt};

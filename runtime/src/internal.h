@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>  // std::lock_guard, and std::mutex where there are threads
 #include <string>
 #include <vector>
@@ -152,6 +153,36 @@ struct HalideView {
   halide_dimension_t dims[ATTNGEN_MAX_RANK]{};
 };
 void make_view(HalideView& view, const attngen_tensor& t);
+
+// A call's modifier's parameters (attngen.h, "Modifiers") against the kernel's layout of them
+// (attngen_kernel_info, core/modifier.h): each tensor of its dtype and shape in the call's dims
+// (`extent`: B, Hq, Hkv, Sq, Skv), clear of the call's outputs (`outputs`, each with its name in
+// messages), none past the layout's; finite scalars, none past the layout's. Their views into
+// `views`; nothing is written. True without a modifier.
+struct NamedOutput {
+  const attngen_tensor* tensor;
+  const char* name;
+};
+bool prepare_modifier(Check& c, const attngen_modifier* m, const attngen_kernel_info& kernel,
+                      const int64_t (&extent)[5], std::initializer_list<NamedOutput> outputs,
+                      HalideView (&views)[ATTNGEN_MAX_MODIFIER_TENSORS]);
+// Puts a prepared modifier's views and scalars into a kernel's arguments.
+void pass_modifier(const attngen_modifier* m, const attngen_kernel_info& kernel,
+                   HalideView (&views)[ATTNGEN_MAX_MODIFIER_TENSORS], attngen_kernel_args& args);
+
+// A plan's copy of a call's modifier: its name (the plan's kernel's, which outlives the plan), its
+// scalars and its tensors' descriptions, data cleared.
+struct KeptModifier {
+  attngen_modifier modifier{};
+  attngen_tensor tensors[ATTNGEN_MAX_MODIFIER_TENSORS]{};
+  bool present = false;
+  void keep(const attngen_modifier* m, const char* kernel_modifier);
+  // The kept modifier over one run's tensor data, into `to`; false (c says why) where the data
+  // gives a tensor the plan's modifier does not have (or any tensor without a modifier).
+  bool over(Check& c, const void* const (&data)[ATTNGEN_MAX_MODIFIER_TENSORS],
+            KeptModifier& to) const;
+  const attngen_modifier* get() const { return present ? &modifier : nullptr; }
+};
 
 // Kernel selection: the registered or built-in kernel that fits, best ISA first. With `name`
 // set, exactly that kernel, which must fit and be supported.

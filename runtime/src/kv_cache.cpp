@@ -542,6 +542,47 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   }
 }
 
+void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots, float* dst) {
+  const attngen_kv_cache_options& o = cache.options;
+  const bool grouped = is_grouped(o);
+  const int pack = pack_of(o);
+  const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
+  const int64_t group_k = group_k_of(o), dqk = o.head_dim_qk, dv = o.head_dim_v;
+  const int64_t pages = pages_of(o);
+  for (int64_t b = 0; b < o.batch; ++b) {
+    const int64_t filled = std::min(slots, cache_length(cache, layer, b));
+    for (int64_t h = 0; h < o.heads_kv; ++h) {
+      for (int64_t s = 0; s < filled; ++s) {
+        // Slot s of a contiguous cache is its page's slot s; a paged cache's is position s.
+        const int64_t page = cache.table[static_cast<size_t>(b * cache.table_width +
+                                                             (paged(o) ? s / o.page_slots : 0))];
+        const int64_t slot = paged(o) ? s % o.page_slots : s;
+        const int64_t row = ((layer * pages + page) * o.heads_kv + h) * head_slots + slot;
+        float* out = dst + ((b * o.heads_kv + h) * o.capacity + s) * (dqk + dv);
+        if (!grouped) {
+          const uint8_t* k = cache.data + row * width;
+          for (int64_t d = 0; d < dqk + dv; ++d) out[d] = load_f32(k, o.dtype, d);
+          continue;
+        }
+        // A grouped cache's slot j of its group (core/kv_layout.h), an I8 one's by its scales.
+        const int64_t j = slot % kSlotGroup;
+        const uint8_t* group = cache.data + (row - j) * width;
+        const float* scales =
+            is_i8(o) ? cache.scales + (row - j) / kSlotGroup * kScaleGroup : nullptr;
+        const auto element = [&](int64_t offset, int part) {
+          if (scales == nullptr) return load_f32(group, o.dtype, offset);
+          return static_cast<float>(reinterpret_cast<const int8_t*>(group)[offset]) *
+                 scales[group_scale_offset<int64_t>(part, j)];
+        };
+        for (int64_t d = 0; d < dqk; ++d) out[d] = element(group_k_offset<int64_t>(d, j, pack), 0);
+        for (int64_t d = 0; d < dv; ++d) {
+          out[dqk + d] = element(group_k + group_v_offset<int64_t>(d, j, dv, pack), 1);
+        }
+      }
+    }
+  }
+}
+
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values) {
   const attngen_kv_cache_options& o = cache.options;
   uint8_t* first = cache.data + layer * layer_bytes(o);

@@ -87,6 +87,12 @@ inline bool is_paged(const attngen_kv_cache& cache) { return cache.options.page_
 // of slots (core/kv_layout.h). A contiguous cache's pages are its sequences.
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values);
 
+// The filled slots among the first `slots` of each sequence and kv head of the layer as F32 (an
+// I8 cache's dequantised), K then V of each slot: the layer of an F32 contiguous cache of the
+// same batch, heads, head dims and capacity, [B, Hkv, capacity, Dqk + Dv] at dst (other slots
+// not written: the kernels read no slot past a sequence's length). A paged cache's slots are its
+// positions. For decode calls whose kernel reads F32 caches only (decode.cpp).
+void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots, float* dst);
 // An I8 cache's scales of one layer, F32 [pages, Hkv, groups of a page, 32] (per group its K
 // scales, then its V scales).
 attngen_tensor cache_scales(const attngen_kv_cache& cache, int64_t layer);

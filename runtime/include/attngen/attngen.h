@@ -595,6 +595,15 @@ typedef struct attngen_decode_options {
    * in parallel and merged (0: chosen from the sizes and the thread count; 1: no split). */
   int32_t kv_splits;
   const char* kernel; /* optional: run the decode kernel of this name */
+  /* optional: a modifier and its parameters ("Modifiers", above), over the cached keys: query i
+   * of sequence b at position p = n_b - counts[b] + i, each key at its position j. Its dims: B,
+   * Hq of q, Hkv of the cache, Sq = t, and Skv = the cache's capacity; a modifier with a tensor
+   * along Skv over a contiguous cache with a window (a ring, whose positions pass the capacity)
+   * is ATTNGEN_ERROR_INVALID_ARGUMENT. A sink logit joins each row's denominator once, whatever the
+   * split. Where no kernel with the modifier takes the cache's dtype (the built-in ones take F32
+   * caches: generated/variants.cmake), each call reads the layer through an F32 copy of it in
+   * its workspace (B * Hkv * capacity * (Dqk + Dv) floats), same results, slower. */
+  const attngen_modifier* modifier;
 } attngen_decode_options;
 
 /* struct_size set, everything else 0 or NULL. */
@@ -623,12 +632,14 @@ attngen_status attngen_decode(const attngen_tensor* q, const attngen_kv_cache* c
  * form the cache's length calls for, with the results of attngen_decode() bit for bit. */
 typedef struct attngen_decode_plan attngen_decode_plan;
 
-/* The data of one decode run: q and out, and counts where the plan's call had counts. */
+/* The data of one decode run: q and out, counts where the plan's call had counts, and the
+ * modifier's tensors where it had a modifier. */
 typedef struct attngen_decode_data {
   size_t struct_size; /* sizeof(attngen_decode_data): the ABI rule above */
   const void* q;
   void* out;
   const void* counts;
+  const void* modifier_tensors[ATTNGEN_MAX_MODIFIER_TENSORS]; /* the modifier's tensors' data */
 } attngen_decode_data;
 
 /* struct_size set, every pointer NULL. */

@@ -23,7 +23,7 @@ enum Feature : int {
   kKvScales = 128,      // a decode kernel over an I8 cache: its scales after v
 };
 
-// A modifier kernel's parameters before out (attention): `tensors` tensors, then `scalars`
+// A modifier kernel's parameters before out (attention, decode): `tensors` tensors, then `scalars`
 // scalars (attngen_kernel_info::modifier), in the features' bits 8-10 and 11-13.
 constexpr int modifier_features(int tensors, int scalars) { return tensors << 8 | scalars << 11; }
 constexpr int modifier_tensor_count(int features) { return (features >> 8) & 7; }
@@ -88,7 +88,8 @@ int call(void* uc, const attngen_kernel_args* a) {
                 std::make_tuple(uc, a->q, a->kv_len, a->q_len, a->capacity, a->window, a->scale,
                                 a->split_keys, a->units, a->page_shift, a->block_table, a->k, a->v),
                 optional_arg<(Features & kKvScales) != 0>(a->kv_scales),
-                std::make_tuple(a->v_finite != 0, a->out)));
+                std::make_tuple(a->v_finite != 0), modifier_args<Features>(a),
+                std::make_tuple(a->out)));
   } else if constexpr ((Features & kGeneric) != 0) {
     return Fn(uc, a->x, a->w, a->bias, a->w2, a->bias2, a->kv_len, a->bottom_right != 0,
               a->causal != 0, a->num_heads, a->out);
