@@ -17,6 +17,7 @@
 
 #include "attngen/attngen.h"
 #include "attngen/kernel.h"
+#include "core/dtype.h"
 #include "core/modifier.h"
 #include "tests/decode_tester.h"
 #include "tests/tensor.h"
@@ -40,19 +41,6 @@ std::vector<const char*> decode_modifiers() {
     }
   }
   return names;
-}
-
-const char* dtype_name(attngen_dtype d) {
-  switch (d) {
-    case ATTNGEN_F16:
-      return "f16";
-    case ATTNGEN_BF16:
-      return "bf16";
-    case ATTNGEN_I8:
-      return "i8";
-    default:
-      return "f32";
-  }
 }
 
 // The decode kernels generated with `modifier` (none for a modifier without decode kernels).
@@ -180,7 +168,7 @@ TEST_P(DecodeModifier, RingBuffer) {
 TEST_P(DecodeModifier, PagedCache) {
   for (attngen_dtype d : kModifierCacheDtypes) {
     if (d == ATTNGEN_I8) continue;  // an I8 cache is contiguous
-    SCOPED_TRACE(std::string("cache ") + dtype_name(d));
+    SCOPED_TRACE(std::string("cache ") + attngen::dtype_row(d)->name);
     test(base(2, 8, 2, 128).paged(16).cached({40, 130}).new_tokens(2).steps(2).cache_dtype(d));
   }
   test(base(2, 6, 3, 80).paged(16).scattered_pages().window(30).cached({100, 17}).steps(2));
@@ -189,7 +177,7 @@ TEST_P(DecodeModifier, PagedCache) {
 // Every cache dtype of kModifierCacheDtypes (their K and V rounded to it: the f32 tolerance).
 TEST_P(DecodeModifier, CacheDtypes) {
   for (attngen_dtype d : kModifierCacheDtypes) {
-    SCOPED_TRACE(std::string("cache ") + dtype_name(d));
+    SCOPED_TRACE(std::string("cache ") + attngen::dtype_row(d)->name);
     test(base(2, 8, 2, 128).cached({31, 150}).new_tokens(3).lengths({34, 151}).cache_dtype(d));
     test(base(1, 6, 3, 80).cached(64).cache_dtype(d));
   }
@@ -392,7 +380,7 @@ TEST(DecodeModifierWorkspace, SizeCoversEveryCacheDtype) {
   for (attngen_dtype dtype : kModifierCacheDtypes) {
     for (int64_t page_slots : {0, 16}) {
       if (page_slots > 0 && dtype == ATTNGEN_I8) continue;  // an I8 cache is contiguous
-      SCOPED_TRACE(std::string("cache ") + dtype_name(dtype) + " page_slots " +
+      SCOPED_TRACE(std::string("cache ") + attngen::dtype_row(dtype)->name + " page_slots " +
                    std::to_string(page_slots));
       attngen_kv_cache_options o = attngen_kv_cache_options_default();
       o.layers = 1;

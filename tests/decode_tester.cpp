@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/dtype.h"
 #include "tests/kv_dtype.h"
 
 namespace attngen::test {
@@ -14,19 +15,6 @@ namespace {
 bool fatal() { return ::testing::Test::HasFatalFailure(); }
 
 size_t at(int64_t b) { return static_cast<size_t>(b); }
-
-const char* dtype_word(attngen_dtype d) {
-  switch (d) {
-    case ATTNGEN_F16:
-      return "f16";
-    case ATTNGEN_BF16:
-      return "bf16";
-    case ATTNGEN_I8:
-      return "i8";
-    default:
-      return "f32";
-  }
-}
 
 // Rounds each row (innermost dimension) of s to what a cache or tensor of `dtype` holds.
 void round_rows(Storage& s, attngen_dtype dtype) {
@@ -139,8 +127,9 @@ std::string DecodeTester::describe() const {
   if (layers_ != 1) s += " layer " + std::to_string(layer_) + "/" + std::to_string(layers_);
   s += " splits " + std::to_string(kv_splits_);
   if (pad_) s += " padded";
-  s += std::string(" cache ") + dtype_word(cache_dtype_);
-  if (input_dtype_ != ATTNGEN_F32) s += std::string(" input ") + dtype_word(input_dtype_);
+  s += std::string(" cache ") + attngen::dtype_row(cache_dtype_)->name;
+  if (input_dtype_ != ATTNGEN_F32)
+    s += std::string(" input ") + attngen::dtype_row(input_dtype_)->name;
   if (realistic_) s += " realistic";
   if (raw_) s += " raw";
   if (nonfinite_) s += " nonfinite";

@@ -542,41 +542,69 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
   }
 }
 
+namespace {
+
+// A grouped cache's group's first n slots (core/kv_layout.h) as F32 rows of Dqk + Dv floats at
+// out, element by element in the storage's order (K as [Dqk / pack][16][pack], V as [16 /
+// pack][Dv][pack]); `convert` takes an element's index in the group and its slot's scales part.
+template <int Pack, typename Convert>
+void copy_group_f32(int64_t n, int64_t dqk, int64_t dv, int64_t group_k, float* out,
+                    const Convert& convert) {
+  const int64_t width = dqk + dv;
+  for (int64_t d = 0; d < dqk; ++d) {
+    const int64_t first = d / Pack * (Pack * kSlotGroup) + d % Pack;
+    for (int64_t j = 0; j < n; ++j) out[j * width + d] = convert(first + j * Pack, j, 0);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t first = group_k + j / Pack * (dv * Pack) + j % Pack;
+    for (int64_t d = 0; d < dv; ++d) out[j * width + dqk + d] = convert(first + d * Pack, j, 1);
+  }
+}
+
+}  // namespace
+
 void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots, float* dst) {
   const attngen_kv_cache_options& o = cache.options;
-  const bool grouped = is_grouped(o);
-  const int pack = pack_of(o);
   const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
   const int64_t group_k = group_k_of(o), dqk = o.head_dim_qk, dv = o.head_dim_v;
   const int64_t pages = pages_of(o);
   for (int64_t b = 0; b < o.batch; ++b) {
     const int64_t filled = std::min(slots, cache_length(cache, layer, b));
     for (int64_t h = 0; h < o.heads_kv; ++h) {
-      for (int64_t s = 0; s < filled; ++s) {
+      // A group (16 slots; one slot of an F32 cache) at a time: a page's slots are whole groups.
+      const int64_t step = is_grouped(o) ? kSlotGroup : 1;
+      for (int64_t s = 0; s < filled; s += step) {
         // Slot s of a contiguous cache is its page's slot s; a paged cache's is position s.
         const int64_t page = cache.table[static_cast<size_t>(b * cache.table_width +
                                                              (paged(o) ? s / o.page_slots : 0))];
         const int64_t slot = paged(o) ? s % o.page_slots : s;
         const int64_t row = ((layer * pages + page) * o.heads_kv + h) * head_slots + slot;
+        const uint8_t* first = cache.data + row * width;
         float* out = dst + ((b * o.heads_kv + h) * o.capacity + s) * (dqk + dv);
-        if (!grouped) {
-          const uint8_t* k = cache.data + row * width;
-          for (int64_t d = 0; d < dqk + dv; ++d) out[d] = load_f32(k, o.dtype, d);
-          continue;
-        }
-        // A grouped cache's slot j of its group (core/kv_layout.h), an I8 one's by its scales.
-        const int64_t j = slot % kSlotGroup;
-        const uint8_t* group = cache.data + (row - j) * width;
-        const float* scales =
-            is_i8(o) ? cache.scales + (row - j) / kSlotGroup * kScaleGroup : nullptr;
-        const auto element = [&](int64_t offset, int part) {
-          if (scales == nullptr) return load_f32(group, o.dtype, offset);
-          return static_cast<float>(reinterpret_cast<const int8_t*>(group)[offset]) *
-                 scales[group_scale_offset<int64_t>(part, j)];
-        };
-        for (int64_t d = 0; d < dqk; ++d) out[d] = element(group_k_offset<int64_t>(d, j, pack), 0);
-        for (int64_t d = 0; d < dv; ++d) {
-          out[dqk + d] = element(group_k + group_v_offset<int64_t>(d, j, dv, pack), 1);
+        const int64_t n = std::min(step, filled - s);
+        const auto* halves = reinterpret_cast<const uint16_t*>(first);
+        switch (o.dtype) {
+          case ATTNGEN_F16:
+            copy_group_f32<1>(n, dqk, dv, group_k, out,
+                              [&](int64_t e, int64_t, int) { return f16_to_f32(halves[e]); });
+            break;
+          case ATTNGEN_BF16:
+            copy_group_f32<1>(n, dqk, dv, group_k, out,
+                              [&](int64_t e, int64_t, int) { return bf16_to_f32(halves[e]); });
+            break;
+          case ATTNGEN_I8: {
+            const float* scales = cache.scales + row / kSlotGroup * kScaleGroup;
+            const auto* bytes = reinterpret_cast<const int8_t*>(first);
+            copy_group_f32<kI8DotBytes>(n, dqk, dv, group_k, out,
+                                        [&](int64_t e, int64_t j, int part) {
+                                          return static_cast<float>(bytes[e]) *
+                                                 scales[group_scale_offset<int64_t>(part, j)];
+                                        });
+            break;
+          }
+          default:
+            std::memcpy(out, first, static_cast<size_t>((dqk + dv) * esize));
+            break;
         }
       }
     }
