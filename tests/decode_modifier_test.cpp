@@ -452,7 +452,7 @@ TEST(DecodeModifierPlan, RunsEqualCalls) {
     o.batch = kB;
     o.heads_kv = kHkv;
     o.head_dim_qk = kD;
-    o.capacity = 160;
+    o.capacity = 96;
     attngen_kv_cache* raw_cache = nullptr;
     ASSERT_EQ(attngen_kv_cache_create(&o, &raw_cache), ATTNGEN_OK) << attngen_last_error();
     CachePtr cache(raw_cache);
@@ -467,7 +467,7 @@ TEST(DecodeModifierPlan, RunsEqualCalls) {
       m.tensors[0] = &params.t;
     } else {
       m.scalars[0] = 3.0f;
-      m.scalars[1] = 50.5f;
+      m.scalars[1] = 40.5f;
     }
     attngen_decode_options opt = attngen_decode_options_default();
     opt.counts = &tc;
@@ -480,7 +480,7 @@ TEST(DecodeModifierPlan, RunsEqualCalls) {
     PlanPtr plan(raw_plan);
     for (int step = 0; step < 4; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
-      Storage k({kB, 37 + step, kHkv, kD}, 0), v({kB, 37 + step, kHkv, kD}, 0);
+      Storage k({kB, 21 + step, kHkv, kD}, 0), v({kB, 21 + step, kHkv, kD}, 0);
       k.fill_random(rng, -1.0, 1.0);
       v.fill_random(rng, -1.0, 1.0);
       ASSERT_EQ(attngen_kv_cache_append(cache.get(), 0, &k.t, &v.t, nullptr), ATTNGEN_OK)
