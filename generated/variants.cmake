@@ -151,10 +151,13 @@ set(ATTNGEN_VARIANTS
     "OP decode KV_DTYPE i8 HEAD_DIM 128 GENERIC"
     # Modifiers over the cache (attngen_decode_options::modifier): ALiBi's decoders (BLOOM,
     # MPT), attention sinks with a window (StreamingLLM), a learned sink logit (gpt-oss); a
-    # generic kernel each over an F32 cache.
-    "OP decode HEAD_DIM 128 GENERIC MODIFIER alibi"
-    "OP decode HEAD_DIM 128 GENERIC MODIFIER sinks"
-    "OP decode HEAD_DIM 128 GENERIC MODIFIER sink_logit"
+    # generic kernel each over an F32 cache, on the generic rows of each architecture (an
+    # AVX-512 machine runs the AVX2 one, a GPU build's call the CPU's): an AVX-512 kernel took
+    # 18 s to generate against AVX2's 10, and CUDA's added 70 s to CI's OpenCL stage
+    # (bench/RESULTS.md, "Modifiers in decode").
+    "OP decode HEAD_DIM 128 GENERIC MODIFIER alibi ONLY_ISAS avx2 sse41 neon neon32"
+    "OP decode HEAD_DIM 128 GENERIC MODIFIER sinks ONLY_ISAS avx2 sse41 neon neon32"
+    "OP decode HEAD_DIM 128 GENERIC MODIFIER sink_logit ONLY_ISAS avx2 sse41 neon neon32"
     # Document masking over a cache (positions indexed along Skv: the capacity), on one x86 and
     # one ARM row (the x86 suite runs AVX2 kernels on an AVX-512 machine too): what every
     # modifier reading a tensor by key position takes.
