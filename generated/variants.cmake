@@ -153,8 +153,7 @@ set(ATTNGEN_VARIANTS
     # MPT), attention sinks with a window (StreamingLLM), a learned sink logit (gpt-oss); a
     # generic kernel each over an F32 cache, on the generic rows of each architecture (an
     # AVX-512 machine runs the AVX2 one, a GPU build's call the CPU's): an AVX-512 kernel took
-    # 18 s to generate against AVX2's 10, and CUDA's added 70 s to CI's OpenCL stage
-    # (bench/RESULTS.md, "Modifiers in decode").
+    # 18 s to generate against AVX2's 10 (bench/RESULTS.md, "Modifiers in decode").
     "OP decode HEAD_DIM 128 GENERIC MODIFIER alibi ONLY_ISAS avx2 sse41 neon neon32"
     "OP decode HEAD_DIM 128 GENERIC MODIFIER sinks ONLY_ISAS avx2 sse41 neon neon32"
     "OP decode HEAD_DIM 128 GENERIC MODIFIER sink_logit ONLY_ISAS avx2 sse41 neon neon32"
