@@ -772,7 +772,7 @@ void fuzz_attention_varlen(Input& in, Fill& fill) {
     mask_used = ATTNGEN_MASK_NONE;
   }
   check_accepted({&q, &k, &v, &out, &cu_q});
-  if (!self) check_accepted({&cu_k});
+  if (cu_k_arg != nullptr) check_accepted({&cu_k});  // NULL: cu_k was never passed
   if (!has_shape(q, {Tq, Hq, Dqk}) || !has_shape(k, {Tk, Hkv, Dqk}) ||
       !has_shape(v, {Tk, Hkv, Dv}) || !has_shape(out, {Tq, Hq, Dv})) {
     fail("varlen accepted q %s, k %s, v %s, out %s", shape_of(q).c_str(), shape_of(k).c_str(),

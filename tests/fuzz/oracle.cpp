@@ -165,7 +165,9 @@ std::string describe(const char* name, const GuardTensor& g) {
 void check_accepted(std::initializer_list<const GuardTensor*> ts) {
   int k = 0;
   for (const GuardTensor* g : ts) {
-    if (!g->addressable()) fail("tensor %d, spanning 2^31 bytes or more, was accepted", k);
+    if (!g->addressable()) {
+      fail("tensor %d, spanning 2^31 bytes or more, was accepted:%s", k, describe("", *g).c_str());
+    }
     if (!g->small())
       fail("tensor %d (%" PRId64 " elements) accepted but not checkable", k, g->logical());
     ++k;
