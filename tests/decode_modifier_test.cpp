@@ -180,6 +180,8 @@ TEST_P(DecodeModifier, CacheDtypes) {
     SCOPED_TRACE(std::string("cache ") + attngen::dtype_row(d)->name);
     test(base(2, 8, 2, 128).cached({31, 150}).new_tokens(3).lengths({34, 151}).cache_dtype(d));
     test(base(1, 6, 3, 80).cached(64).cache_dtype(d));
+    // Long enough that the copy into F32 splits each kv head over tasks (lengths apart).
+    test(base(2, 4, 2, 128).cached({700, 1100}).cache_dtype(d));
   }
 }
 

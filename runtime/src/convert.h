@@ -23,6 +23,11 @@ using attngen::f32_from_bits;
 using attngen::f32_to_bf16;
 using attngen::f32_to_f16;
 
+// n F16 / BF16 values as F32, the values f16_to_f32 / bf16_to_f32 give, in loops of selects
+// (no branches) that the compiler vectorises with the runtime's baseline ISA.
+void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
+void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
+
 // Element i of an F32, F16 or BF16 row as f32.
 inline float load_f32(const void* row, attngen_dtype dtype, int64_t i) {
   switch (dtype) {

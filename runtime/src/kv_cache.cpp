@@ -561,54 +561,112 @@ void copy_group_f32(int64_t n, int64_t dqk, int64_t dv, int64_t group_k, float* 
   }
 }
 
-}  // namespace
+// An F16 / BF16 group's first n slots (K as [Dqk][16], V as [16][Dv]: pack 1) as F32 rows of Dqk
+// + Dv floats at out: K converted a block of rows at a time into `block`, then transposed into
+// the slots' rows; V converted straight into them.
+template <typename Convert>
+void copy_half_group_f32(const uint16_t* group, int64_t n, int64_t dqk, int64_t dv, float* out,
+                         const Convert& convert) {
+  constexpr int64_t kBlockRows = 64;
+  const int64_t width = dqk + dv;
+  float block[kBlockRows * kSlotGroup];
+  for (int64_t d0 = 0; d0 < dqk; d0 += kBlockRows) {
+    const int64_t rows = std::min(kBlockRows, dqk - d0);
+    convert(group + d0 * kSlotGroup, block, rows * kSlotGroup);
+    for (int64_t j = 0; j < n; ++j) {
+      float* row = out + j * width + d0;
+      for (int64_t d = 0; d < rows; ++d) row[d] = block[d * kSlotGroup + j];
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    convert(group + dqk * kSlotGroup + j * dv, out + j * width + dqk, dv);
+  }
+}
 
-void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots, float* dst) {
+// The copy of a layer's slots [0, slots) into F32 (copy_layer_f32), in tasks of `per_task` groups
+// of one (sequence, kv head).
+struct CopyJob {
+  const attngen_kv_cache* cache;
+  int64_t layer, slots, chunks, per_task;
+  float* dst;
+};
+
+void copy_groups_f32(const CopyJob& job, int64_t b, int64_t h, int64_t first_slot,
+                     int64_t end_slot) {
+  const attngen_kv_cache& cache = *job.cache;
   const attngen_kv_cache_options& o = cache.options;
   const int64_t esize = element_bytes(o), head_slots = stored_slots(o), width = slot_bytes(o);
   const int64_t group_k = group_k_of(o), dqk = o.head_dim_qk, dv = o.head_dim_v;
   const int64_t pages = pages_of(o);
-  for (int64_t b = 0; b < o.batch; ++b) {
-    const int64_t filled = std::min(slots, cache_length(cache, layer, b));
-    for (int64_t h = 0; h < o.heads_kv; ++h) {
-      // A group (16 slots; one slot of an F32 cache) at a time: a page's slots are whole groups.
-      const int64_t step = is_grouped(o) ? kSlotGroup : 1;
-      for (int64_t s = 0; s < filled; s += step) {
-        // Slot s of a contiguous cache is its page's slot s; a paged cache's is position s.
-        const int64_t page = cache.table[static_cast<size_t>(b * cache.table_width +
-                                                             (paged(o) ? s / o.page_slots : 0))];
-        const int64_t slot = paged(o) ? s % o.page_slots : s;
-        const int64_t row = ((layer * pages + page) * o.heads_kv + h) * head_slots + slot;
-        const uint8_t* first = cache.data + row * width;
-        float* out = dst + ((b * o.heads_kv + h) * o.capacity + s) * (dqk + dv);
-        const int64_t n = std::min(step, filled - s);
-        const auto* halves = reinterpret_cast<const uint16_t*>(first);
-        switch (o.dtype) {
-          case ATTNGEN_F16:
-            copy_group_f32<1>(n, dqk, dv, group_k, out,
-                              [&](int64_t e, int64_t, int) { return f16_to_f32(halves[e]); });
-            break;
-          case ATTNGEN_BF16:
-            copy_group_f32<1>(n, dqk, dv, group_k, out,
-                              [&](int64_t e, int64_t, int) { return bf16_to_f32(halves[e]); });
-            break;
-          case ATTNGEN_I8: {
-            const float* scales = cache.scales + row / kSlotGroup * kScaleGroup;
-            const auto* bytes = reinterpret_cast<const int8_t*>(first);
-            copy_group_f32<kI8DotBytes>(n, dqk, dv, group_k, out,
-                                        [&](int64_t e, int64_t j, int part) {
-                                          return static_cast<float>(bytes[e]) *
-                                                 scales[group_scale_offset<int64_t>(part, j)];
-                                        });
-            break;
-          }
-          default:
-            std::memcpy(out, first, static_cast<size_t>((dqk + dv) * esize));
-            break;
-        }
+  // A group (16 slots; one slot of an F32 cache) at a time: a page's slots are whole groups.
+  const int64_t step = is_grouped(o) ? kSlotGroup : 1;
+  for (int64_t s = first_slot; s < end_slot; s += step) {
+    // Slot s of a contiguous cache is its page's slot s; a paged cache's is position s.
+    const int64_t page =
+        cache.table[static_cast<size_t>(b * cache.table_width + (paged(o) ? s / o.page_slots : 0))];
+    const int64_t slot = paged(o) ? s % o.page_slots : s;
+    const int64_t row = ((job.layer * pages + page) * o.heads_kv + h) * head_slots + slot;
+    const uint8_t* first = cache.data + row * width;
+    float* out = job.dst + ((b * o.heads_kv + h) * o.capacity + s) * (dqk + dv);
+    const int64_t n = std::min(step, end_slot - s);
+    const auto* halves = reinterpret_cast<const uint16_t*>(first);
+    switch (o.dtype) {
+      case ATTNGEN_F16:
+        copy_half_group_f32(halves, n, dqk, dv, out, f16_to_f32_n);
+        break;
+      case ATTNGEN_BF16:
+        copy_half_group_f32(halves, n, dqk, dv, out, bf16_to_f32_n);
+        break;
+      case ATTNGEN_I8: {
+        const float* scales = cache.scales + row / kSlotGroup * kScaleGroup;
+        const auto* bytes = reinterpret_cast<const int8_t*>(first);
+        copy_group_f32<kI8DotBytes>(n, dqk, dv, group_k, out, [&](int64_t e, int64_t j, int part) {
+          return static_cast<float>(bytes[e]) * scales[group_scale_offset<int64_t>(part, j)];
+        });
+        break;
       }
+      default:
+        std::memcpy(out, first, static_cast<size_t>((dqk + dv) * esize));
+        break;
     }
   }
+}
+
+// Task t: chunk t % chunks of (sequence, kv head) t / chunks, the slots it holds of those filled.
+int copy_task(void* user_context, int task, uint8_t* closure) {
+  (void)user_context;
+  const CopyJob& job = *reinterpret_cast<const CopyJob*>(closure);
+  const attngen_kv_cache_options& o = job.cache->options;
+  const int64_t bh = task / job.chunks, b = bh / o.heads_kv, h = bh % o.heads_kv;
+  const int64_t filled = std::min(job.slots, cache_length(*job.cache, job.layer, b));
+  const int64_t span = job.per_task * (is_grouped(o) ? kSlotGroup : 1);
+  const int64_t first = task % job.chunks * span;
+  if (first < filled) copy_groups_f32(job, b, h, first, std::min(filled, first + span));
+  return 0;
+}
+
+}  // namespace
+
+void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots, float* dst) {
+  const attngen_kv_cache_options& o = cache.options;
+  // Tasks of at least 256 KiB of F32 rows each (a few per thread over a long cache), so that a
+  // short cache is copied on this thread.
+  const int64_t step = is_grouped(o) ? kSlotGroup : 1;
+  const int64_t groups = (slots + step - 1) / step;
+  const int64_t group_floats = step * (o.head_dim_qk + o.head_dim_v);
+  const int64_t min_groups = std::max<int64_t>(1, (int64_t{64} << 10) / group_floats);
+  const int64_t heads = o.batch * o.heads_kv;
+  const int64_t chunks =
+      std::clamp<int64_t>(std::min(groups / min_groups, 4 * thread_count() / heads + 1), 1, groups);
+  CopyJob job{&cache, layer, slots, chunks, (groups + chunks - 1) / chunks, dst};
+  if (heads * groups <= min_groups) {
+    for (int64_t t = 0; t < heads * chunks; ++t)
+      copy_task(nullptr, static_cast<int>(t), reinterpret_cast<uint8_t*>(&job));
+    return;
+  }
+  const KernelRunScope running;
+  halide_do_par_for(nullptr, copy_task, 0, static_cast<int>(heads * chunks),
+                    reinterpret_cast<uint8_t*>(&job));
 }
 
 attngen_tensor cache_layer(const attngen_kv_cache& cache, int64_t layer, bool values) {
