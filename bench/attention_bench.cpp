@@ -1071,18 +1071,19 @@ void register_generic_price() {
 // modifier/alibi/<shape>/<way>: "modifier", the alibi modifier on the kernel dispatch picks (the
 // specialised one); "modifier_generic", on the generic D128 alibi kernel; "additive", the same
 // bias as an additive [1, H, 1, S] mask of m_h * j (the key-position form: it differs from
-// m_h (j - p) by a constant per row, which the softmax cancels); "plain", causal attention
-// without the bias on the kernel dispatch picks; "plain_generic", that on the generic D128
-// kernel. Each against the same ISA (this run's).
-enum class AlibiWay { kModifier, kModifierGeneric, kAdditive, kPlain, kPlainGeneric };
+// m_h (j - p) by a constant per row, which the softmax cancels); "modifier_lse", the modifier
+// with the row log-sum-exp asked for too (the generic kernel, which writes it); "plain", causal
+// attention without the bias on the kernel dispatch picks; "plain_generic", that on the generic
+// D128 kernel. Each against the same ISA (this run's).
+enum class AlibiWay { kModifier, kModifierGeneric, kModifierLse, kAdditive, kPlain, kPlainGeneric };
 
 // The generic f32 attention kernel of head dim `head_dim` of this run's ISA with that modifier
-// ("" none), or nullptr.
+// ("" none; the library's modifier kernels also write the log-sum-exp), or nullptr.
 const attngen_kernel_info* generic_kernel(int32_t head_dim, const char* modifier) {
   for (size_t i = 0; i < attngen_kernel_count(); ++i) {
     const attngen_kernel_info* k = attngen_kernel_at(i);
     if (k->op == ATTNGEN_OP_ATTENTION && k->generic && k->head_dim_qk == head_dim &&
-        k->dtypes.q == ATTNGEN_F32 && !k->weights && !k->lse &&
+        k->dtypes.q == ATTNGEN_F32 && !k->weights && (!k->lse || modifier[0] != '\0') &&
         k->pattern.kind == ATTNGEN_PATTERN_NONE && !std::strcmp(k->modifier, modifier) &&
         !std::strcmp(k->isa, attngen_isa())) {
       return k;
@@ -1092,12 +1093,13 @@ const attngen_kernel_info* generic_kernel(int32_t head_dim, const char* modifier
 }
 
 // Runs a plan of q, k, v and out with `opt` in the benchmark's loop, with a modifier's first
-// tensor and a mask tensor's data where given (nullptr: none), and labels the benchmark with the
-// plan's kernel. False (the benchmark skipped with the error) where the plan or a run fails.
+// tensor, a mask tensor's and the log-sum-exp's data where given (nullptr: none), and labels the
+// benchmark with the plan's kernel. False (the benchmark skipped with the error) where the plan
+// or a run fails.
 bool run_attention_plan(benchmark::State& state, const attngen_tensor& q, const attngen_tensor& k,
                         const attngen_tensor& v, const attngen_tensor& out,
                         const attngen_attention_options& opt, const void* modifier_tensor,
-                        const void* mask) {
+                        const void* mask, void* lse = nullptr) {
   attngen_attention_plan* plan = nullptr;
   if (attngen_attention_plan_create(&q, &k, &v, &out, &opt, &plan) != ATTNGEN_OK) {
     state.SkipWithError(attngen_last_error());
@@ -1110,6 +1112,7 @@ bool run_attention_plan(benchmark::State& state, const attngen_tensor& q, const 
   data.out = out.data;
   data.modifier_tensors[0] = modifier_tensor;
   data.mask_tensor = mask;
+  data.lse = lse;
   bool ok = true;
   for (auto _ : state) {
     if (attngen_attention_plan_run(plan, &data) != ATTNGEN_OK) {
@@ -1127,25 +1130,29 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
   constexpr int64_t B = 1, H = 16, D = 128;
   std::vector<float> q = random_vector(B * S * H * D, 1), k = random_vector(q.size(), 2);
   std::vector<float> v = random_vector(q.size(), 3), o(q.size());
-  std::vector<float> slopes(H), bias(H * S);
+  std::vector<float> slopes(H), bias(H * S), lse(B * H * S);
   attngen_alibi_slopes(H, slopes.data());
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t j = 0; j < S; ++j) bias[h * S + j] = slopes[h] * static_cast<float>(j);
   }
-  const int64_t shape[] = {B, S, H, D}, slope_shape[] = {H}, bias_shape[] = {1, H, 1, S};
+  const int64_t shape[] = {B, S, H, D}, slope_shape[] = {H}, bias_shape[] = {1, H, 1, S},
+                lse_shape[] = {B, H, S};
   attngen_tensor tq = attngen_tensor_contiguous(q.data(), ATTNGEN_F32, 4, shape);
   attngen_tensor tk = attngen_tensor_contiguous(k.data(), ATTNGEN_F32, 4, shape);
   attngen_tensor tv = attngen_tensor_contiguous(v.data(), ATTNGEN_F32, 4, shape);
   attngen_tensor to = attngen_tensor_contiguous(o.data(), ATTNGEN_F32, 4, shape);
   attngen_tensor ts = attngen_tensor_contiguous(slopes.data(), ATTNGEN_F32, 1, slope_shape);
   attngen_tensor tb = attngen_tensor_contiguous(bias.data(), ATTNGEN_F32, 4, bias_shape);
+  attngen_tensor tl = attngen_tensor_contiguous(lse.data(), ATTNGEN_F32, 3, lse_shape);
   attngen_modifier m{};
   m.name = "alibi";
   m.tensors[0] = &ts;
   attngen_attention_options opt = attngen_attention_options_default();
   opt.mask = ATTNGEN_MASK_CAUSAL;
-  const bool modifier = way == AlibiWay::kModifier || way == AlibiWay::kModifierGeneric;
+  const bool modifier = way == AlibiWay::kModifier || way == AlibiWay::kModifierGeneric ||
+                        way == AlibiWay::kModifierLse;
   if (modifier) opt.modifier = &m;
+  if (way == AlibiWay::kModifierLse) opt.lse = &tl;
   if (way == AlibiWay::kAdditive) opt.mask_tensor = &tb;
   if (way == AlibiWay::kModifierGeneric || way == AlibiWay::kPlainGeneric) {
     const attngen_kernel_info* k = generic_kernel(128, modifier ? "alibi" : "");
@@ -1156,7 +1163,8 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
     opt.kernel = k->name;
   }
   if (!run_attention_plan(state, tq, tk, tv, to, opt, modifier ? slopes.data() : nullptr,
-                          way == AlibiWay::kAdditive ? bias.data() : nullptr)) {
+                          way == AlibiWay::kAdditive ? bias.data() : nullptr,
+                          way == AlibiWay::kModifierLse ? lse.data() : nullptr)) {
     return;
   }
   set_gflops(state, attngen::bench::self_attention_flops(B, H, S, D, true));
@@ -1165,6 +1173,7 @@ void alibi(benchmark::State& state, int64_t S, AlibiWay way) {
 void register_alibi() {
   const std::pair<const char*, AlibiWay> ways[] = {{"modifier", AlibiWay::kModifier},
                                                    {"modifier_generic", AlibiWay::kModifierGeneric},
+                                                   {"modifier_lse", AlibiWay::kModifierLse},
                                                    {"additive", AlibiWay::kAdditive},
                                                    {"plain", AlibiWay::kPlain},
                                                    {"plain_generic", AlibiWay::kPlainGeneric}};

@@ -66,15 +66,25 @@ set(ATTNGEN_VARIANTS
     "OP attention HEAD_DIM 128 GENERIC PATTERN block_sparse"
     "OP attention HEAD_DIM 128 GENERIC PATTERN global_local"
     # Modifiers (docs/variants.md, "Modifiers"): the library's on a generic kernel each (head
-    # dims up to 128, the masks, the soft cap and the alignment at run time).
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER document"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit"
+    # dims up to 128, the masks, the soft cap and the alignment at run time), which writes the
+    # row log-sum-exp where a call asks for it (from the online softmax's final state, with the
+    # output: bench/RESULTS.md, "The log-sum-exp from the key-block form").
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi LSE"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER document LSE"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix LSE"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks LSE"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit LSE"
     # T5's relative position bias at T5's and MPNet's head dim (a D64 call on the D128 kernel
     # would compute twice the products).
-    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias"
+    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias LSE"
+    # The attention weights with a modifier (heatmaps of the inspection form: whole score rows),
+    # on the generic rows of each architecture (an AVX-512 machine runs the AVX2 kernel).
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER document WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
     # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
     # "Modifiers".
     "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"

@@ -89,16 +89,20 @@ namespace {
 AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& requested,
                                 const Halide::Target& target) {
   const PatternSpec& ps = spec.pattern;
-  if (spec.weights || spec.lse) {
-    spec.key_block = 0;  // the inspection schedule keeps whole score rows
+  // The weights need whole score rows: the inspection schedule (inspect.cpp). So does the
+  // log-sum-exp alone where the SIMD key-block schedule, which writes it from each row's final
+  // state (cpu_simd.cpp), does not run.
+  const bool simd = family_of(target_info(target)) == Family::kSimd;
+  if (spec.weights || (spec.lse && !simd)) {
+    spec.key_block = 0;
     return fix_units(spec, resolve(requested, spec, target_info(target)));
   }
   AttentionTunables want = requested;
   // The row form skips the keys past the causal diagonal of a query tile; patterns and mask
   // modifiers skip whole key blocks, in the key-block form.
   // Generic kernels take causal at run time: key blocks skip what it masks.
-  if ((ps.kind != Pattern::kNone || spec.generic || spec.mask_modifier) && spec.key_block == 0 &&
-      !target.has_gpu_feature()) {
+  if ((ps.kind != Pattern::kNone || spec.generic || spec.mask_modifier || spec.lse) &&
+      spec.key_block == 0 && !target.has_gpu_feature()) {
     spec.key_block = kSkippingKeyBlock;
   }
   if (ps.kind == Pattern::kBlockSparse && !spec.generic && !target.has_gpu_feature()) {
@@ -111,7 +115,8 @@ AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& re
   // The strided pattern in two parts whose cost follows the attended pairs (the band a window,
   // the residue classes dense problems of their own), merged per row.
   spec.strided_classes = ps.kind == Pattern::kStrided && !spec.generic && spec.key_block > 0 &&
-                         spec.mask_tensor == MaskTensor::kNone && !target.has_gpu_feature();
+                         spec.mask_tensor == MaskTensor::kNone && !spec.lse &&
+                         !target.has_gpu_feature();
   if (ps.kind == Pattern::kBlockSparse && !spec.generic &&
       (ps.block % spec.key_block != 0 || ps.block % t.query_tile != 0)) {
     throw Halide::CompileError("attngen: block-sparse block " + std::to_string(ps.block) +
@@ -215,7 +220,7 @@ void specialise_pv(AttentionFuncs f, const AttentionSpec& spec) {
 
 void schedule_attention_for(AttentionFuncs f, const AttentionSpec& spec, const TargetInfo& info,
                             const AttentionTunables& tunables) {
-  if (spec.weights || spec.lse) {
+  if (spec.weights || (spec.lse && spec.key_block == 0)) {
     schedule_attention_inspect(f, spec, info);
     return;
   }

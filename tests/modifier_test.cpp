@@ -201,6 +201,71 @@ TEST(Modifier, SinkLogitOnEveryIsa) {
   });
 }
 
+// The library's modifiers (generated/variants.cmake), with the largest head dim of their
+// kernels.
+struct LibraryModifier {
+  const char* name;
+  int64_t head_dim;
+};
+constexpr LibraryModifier kLibraryModifiers[] = {{"alibi", 128},      {"document", 128},
+                                                 {"prefix", 128},     {"sinks", 128},
+                                                 {"sink_logit", 128}, {"t5_bias", 64}};
+
+// The log-sum-exp with each library modifier, on each CPU ISA: written from the key-block form's
+// final state with the output. Rows that attend nothing (padding 0: -inf), tiles and key blocks
+// with tails, causal both ways, GQA, a sink logit's share of the sum, the other dtypes.
+TEST(Modifier, LogSumExpOnEveryIsa) {
+  on_every_cpu_isa([] {
+    for (const LibraryModifier& m : kLibraryModifiers) {
+      SCOPED_TRACE(m.name);
+      const auto lse = [&] {
+        AttentionTester t = with_modifier(m.name);
+        t.lse();
+        return t;
+      };
+      const int64_t d = m.head_dim;
+      test_on_modifier_kernels(
+          lse().batch(3).heads(4, 2).seq(77, 150).head_dim(d).causal().kv_len({150, 0, 61}),
+          m.name);
+      lse().batch(1).heads(2, 2).seq(130, 130).head_dim(d - 8).Test();
+      lse().batch(2).heads(3, 1).seq(40, 40).head_dim(d).causal().top_left().Test();
+      lse().batch(1).heads(2, 1).seq(33, 70).head_dim(d).dtype(ATTNGEN_F16).Test();
+    }
+  });
+}
+
+// The CPU ISAs this machine runs that have an attention kernel of `modifier` writing the weights.
+std::vector<std::string> weights_isas(const char* modifier) {
+  return runnable_cpu_isas_with([modifier](const attngen_kernel_info& k) {
+    return k.op == ATTNGEN_OP_ATTENTION && k.weights && !std::strcmp(k.modifier, modifier);
+  });
+}
+
+// The attention weights (and log-sum-exp) with each library modifier on each ISA that has the
+// kernel: masked pairs weigh 0, a sink logit's rows sum to less than 1, padding, GQA, causal
+// both ways, the other dtypes (converted to the F32 kernel).
+TEST(Modifier, WeightsOnEveryIsa) {
+  for (const LibraryModifier& m : kLibraryModifiers) {
+    SCOPED_TRACE(m.name);
+    const std::vector<std::string> isas = weights_isas(m.name);
+    if (isas.empty()) continue;
+    const auto weights = [&] {
+      AttentionTester t;
+      t.modifier(m.name).isas(isas).weights();
+      return t;
+    };
+    const int64_t d = m.head_dim;
+    std::vector<std::string> ran;
+    weights().lse().batch(2).heads(4, 2).seq(45, 70).head_dim(d).causal().kv_len({70, 9}).Test(
+        nullptr, &ran);
+    ASSERT_FALSE(ran.empty());
+    for (const std::string& name : ran) expect_modifier_kernel(name, m.name);
+    weights().batch(1).heads(2, 1).seq(70, 70).head_dim(d - 16).Test();
+    weights().batch(1).heads(2, 2).seq(20, 20).head_dim(d).causal().top_left().Test();
+    weights().batch(1).heads(2, 2).seq(17, 30).head_dim(d).dtype(ATTNGEN_BF16).Test();
+  }
+}
+
 // A small f32 call with ALiBi whose parameters a test then breaks.
 struct AlibiCall {
   Storage q{{1, 5, 2, 16}, 0}, k{{1, 7, 2, 16}, 0}, v{{1, 7, 2, 16}, 0}, out{{1, 5, 2, 16}, 0};
