@@ -78,13 +78,14 @@ set(ATTNGEN_VARIANTS
     # would compute twice the products).
     "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias LSE"
     # The attention weights with a modifier (heatmaps of the inspection form: whole score rows),
-    # on the generic rows of each architecture (an AVX-512 machine runs the AVX2 kernel).
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER document WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
-    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
-    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias WEIGHTS LSE ONLY_ISAS avx2 sse41 neon neon32"
+    # on AVX2 and NEON (an AVX-512 machine runs the AVX2 kernel; an SSE4.1-only or ARMv7 build
+    # names the variant in its own list).
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER alibi WEIGHTS LSE ONLY_ISAS avx2 neon"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER document WEIGHTS LSE ONLY_ISAS avx2 neon"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER prefix WEIGHTS LSE ONLY_ISAS avx2 neon"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sinks WEIGHTS LSE ONLY_ISAS avx2 neon"
+    "OP attention HEAD_DIM 128 GENERIC MODIFIER sink_logit WEIGHTS LSE ONLY_ISAS avx2 neon"
+    "OP attention HEAD_DIM 64 GENERIC MODIFIER t5_bias WEIGHTS LSE ONLY_ISAS avx2 neon"
     # ALiBi's causal decoders (BLOOM, MPT) at their head dim, specialised: bench/RESULTS.md,
     # "Modifiers".
     "OP attention HEAD_DIM 128 MASK causal MODIFIER alibi"

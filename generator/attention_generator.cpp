@@ -126,7 +126,15 @@ class Attention : public Generator<Attention> {
     attngen::AttentionFuncs f = attngen::define_attention(spec, in);
     (*out)(f.d, f.h, f.i, f.b) = attngen::from_f32(f.out(f.d, f.h, f.i, f.b), out->type());
     if (weights) (*weights)(f.j, f.i, f.h, f.b) = f.weights(f.j, f.i, f.h, f.b);
-    if (lse) (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
+    if (lse) {
+      (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
+      // Its rows are out's (a call's [B, Hq, Sq] both): said to Halide, a schedule that writes
+      // both in one loop nest (compute_with) has one version of it, not one per way their bounds
+      // could differ (three times the code, 9-14 s against 3 s to generate).
+      lse->dim(0).set_bounds(out->dim(2).min(), out->dim(2).extent());
+      lse->dim(1).set_bounds(out->dim(1).min(), out->dim(1).extent());
+      lse->dim(2).set_bounds(out->dim(3).min(), out->dim(3).extent());
+    }
 
     // Head dims are compile-time: tell Halide, so vector loops over them have no tails. (A
     // generic kernel's are run-time, at most the spec's.)
