@@ -148,10 +148,11 @@ int attngen_pattern_attends(const attngen_pattern* pattern, int64_t p, int64_t i
  * (B, Hq, Hkv, Sq, Skv), and its f32 scalars. A score modifier maps each score s of (b, h, i, j)
  * after the scale and the soft cap, before the masks; a mask modifier removes pairs as a mask
  * does (kernels skip the key blocks it rules out); a sink logit z_h joins every row's softmax
- * denominator, exp(z_h) + sum_j exp(s_j), with no value. A call with a modifier runs on a kernel
- * generated with it (none built:
- * ATTNGEN_ERROR_NO_KERNEL); parameters that do not match its layout are named errors, with
- * nothing written. The library's (generator/modifiers/):
+ * denominator, exp(z_h) + sum_j exp(s_j), with no value (the weights then sum to less than 1;
+ * the log-sum-exp includes it). A call with a modifier runs on a kernel generated with it (none
+ * built: ATTNGEN_ERROR_NO_KERNEL; the library's take the log-sum-exp output, and the weights on
+ * AVX2 and NEON); parameters that do not match its layout are named errors, with nothing
+ * written. The library's (generator/modifiers/):
  *  - "alibi": tensors slopes F32 [Hq] (attngen_alibi_slopes() gives the standard ones); scalar 0:
  *    0 for s + m_h (j - p) (keys behind the query position p get a negative bias: causal
  *    models), 1 for the symmetric s - m_h |j - p| (bidirectional ones).
