@@ -653,6 +653,7 @@ void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots,
   // short cache is copied on this thread.
   const int64_t step = is_grouped(o) ? kSlotGroup : 1;
   const int64_t groups = (slots + step - 1) / step;
+  if (groups == 0) return;
   const int64_t group_floats = step * (o.head_dim_qk + o.head_dim_v);
   const int64_t min_groups = std::max<int64_t>(1, (int64_t{64} << 10) / group_floats);
   const int64_t heads = o.batch * o.heads_kv;
@@ -660,8 +661,9 @@ void copy_layer_f32(const attngen_kv_cache& cache, int64_t layer, int64_t slots,
       std::clamp<int64_t>(std::min(groups / min_groups, 4 * thread_count() / heads + 1), 1, groups);
   CopyJob job{&cache, layer, slots, chunks, (groups + chunks - 1) / chunks, dst};
   if (heads * groups <= min_groups) {
-    for (int64_t t = 0; t < heads * chunks; ++t)
+    for (int64_t t = 0; t < heads * chunks; ++t) {
       copy_task(nullptr, static_cast<int>(t), reinterpret_cast<uint8_t*>(&job));
+    }
     return;
   }
   const KernelRunScope running;
