@@ -130,7 +130,7 @@ class Attention : public Generator<Attention> {
       (*lse)(f.i, f.h, f.b) = f.lse(f.i, f.h, f.b);
       // Its rows are out's (a call's [B, Hq, Sq] both): said to Halide, a schedule that writes
       // both in one loop nest (compute_with) has one version of it, not one per way their bounds
-      // could differ (three times the code, 9-14 s against 3 s to generate).
+      // could differ (bench/RESULTS.md, "The log-sum-exp from the key-block form").
       lse->dim(0).set_bounds(out->dim(2).min(), out->dim(2).extent());
       lse->dim(1).set_bounds(out->dim(1).min(), out->dim(1).extent());
       lse->dim(2).set_bounds(out->dim(3).min(), out->dim(3).extent());

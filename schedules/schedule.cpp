@@ -89,18 +89,18 @@ namespace {
 AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& requested,
                                 const Halide::Target& target) {
   const PatternSpec& ps = spec.pattern;
+  const TargetInfo info = target_info(target);
   // The weights need whole score rows: the inspection schedule (inspect.cpp). So does the
   // log-sum-exp alone where the SIMD key-block schedule, which writes it from each row's final
   // state (cpu_simd.cpp), does not run.
-  const bool simd = family_of(target_info(target)) == Family::kSimd;
-  if (spec.weights || (spec.lse && !simd)) {
+  if (spec.weights || (spec.lse && family_of(info) != Family::kSimd)) {
     spec.key_block = 0;
-    return fix_units(spec, resolve(requested, spec, target_info(target)));
+    return fix_units(spec, resolve(requested, spec, info));
   }
   AttentionTunables want = requested;
   // The row form skips the keys past the causal diagonal of a query tile; patterns and mask
-  // modifiers skip whole key blocks, in the key-block form.
-  // Generic kernels take causal at run time: key blocks skip what it masks.
+  // modifiers skip whole key blocks, in the key-block form, whose final state also gives the
+  // log-sum-exp. Generic kernels take causal at run time: key blocks skip what it masks.
   if ((ps.kind != Pattern::kNone || spec.generic || spec.mask_modifier || spec.lse) &&
       spec.key_block == 0 && !target.has_gpu_feature()) {
     spec.key_block = kSkippingKeyBlock;
@@ -111,7 +111,7 @@ AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& re
     want.query_tile = ps.block;
   }
   spec.key_block = resolve_key_block(spec.key_block, spec.head_dim_qk, spec.head_dim_v, target);
-  const AttentionTunables t = resolve(want, spec, target_info(target));
+  const AttentionTunables t = resolve(want, spec, info);
   // The strided pattern in two parts whose cost follows the attended pairs (the band a window,
   // the residue classes dense problems of their own), merged per row.
   spec.strided_classes = ps.kind == Pattern::kStrided && !spec.generic && spec.key_block > 0 &&
@@ -126,7 +126,6 @@ AttentionTunables complete_form(AttentionSpec& spec, const AttentionTunables& re
   }
   // AVX512-BF16: bf16 products in pairs (vdpbf16ps) for the row form of the specialised
   // kernels; the keys are taken in whole vectors (scores past Skv masked).
-  const TargetInfo info = target_info(target);
   spec.bf16_pairs = info.isa == Isa::kAvx512Bf16 && spec.bf16 && spec.key_block == 0 &&
                     !spec.generic && spec.head_dim_qk % 2 == 0 && t.pv_chunk % 2 == 0;
   if (spec.bf16_pairs) spec.key_multiple = info.f32_lanes;
