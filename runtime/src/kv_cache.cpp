@@ -545,41 +545,41 @@ void append_rows(attngen_kv_cache& cache, int64_t layer, const attngen_tensor& k
 namespace {
 
 // A grouped cache's group's first n slots (core/kv_layout.h) as F32 rows of Dqk + Dv floats at
-// out, element by element in the storage's order (K as [Dqk / pack][16][pack], V as [16 /
-// pack][Dv][pack]); `convert` takes an element's index in the group and its slot's scales part.
-template <int Pack, typename Convert>
-void copy_group_f32(int64_t n, int64_t dqk, int64_t dv, int64_t group_k, float* out,
+// out, element by element; `convert` takes an element's index in the group and its slot's
+// scales part (the I8 cache's).
+template <typename Convert>
+void copy_group_f32(int64_t n, int64_t dqk, int64_t dv, int64_t group_k, int pack, float* out,
                     const Convert& convert) {
   const int64_t width = dqk + dv;
   for (int64_t d = 0; d < dqk; ++d) {
-    const int64_t first = d / Pack * (Pack * kSlotGroup) + d % Pack;
-    for (int64_t j = 0; j < n; ++j) out[j * width + d] = convert(first + j * Pack, j, 0);
+    for (int64_t j = 0; j < n; ++j) out[j * width + d] = convert(group_k_offset(d, j, pack), j, 0);
   }
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t first = group_k + j / Pack * (dv * Pack) + j % Pack;
-    for (int64_t d = 0; d < dv; ++d) out[j * width + dqk + d] = convert(first + d * Pack, j, 1);
+    for (int64_t d = 0; d < dv; ++d) {
+      out[j * width + dqk + d] = convert(group_k + group_v_offset(d, j, dv, pack), j, 1);
+    }
   }
 }
 
-// An F16 / BF16 group's first n slots (K as [Dqk][16], V as [16][Dv]: pack 1) as F32 rows of Dqk
-// + Dv floats at out: K converted a block of rows at a time into `block`, then transposed into
-// the slots' rows; V converted straight into them.
+// An F16 / BF16 group's first n slots (pack 1: K's element d of the slots contiguous, each V row
+// contiguous) as F32 rows of Dqk + Dv floats at out: K converted a block of rows at a time into
+// `block`, then transposed into the slots' rows; V converted straight into them.
 template <typename Convert>
-void copy_half_group_f32(const uint16_t* group, int64_t n, int64_t dqk, int64_t dv, float* out,
-                         const Convert& convert) {
+void copy_half_group_f32(const uint16_t* group, int64_t n, int64_t dqk, int64_t dv, int64_t group_k,
+                         float* out, const Convert& convert) {
   constexpr int64_t kBlockRows = 64;
   const int64_t width = dqk + dv;
   float block[kBlockRows * kSlotGroup];
   for (int64_t d0 = 0; d0 < dqk; d0 += kBlockRows) {
     const int64_t rows = std::min(kBlockRows, dqk - d0);
-    convert(group + d0 * kSlotGroup, block, rows * kSlotGroup);
+    convert(group + group_k_offset<int64_t>(d0, 0, 1), block, rows * kSlotGroup);
     for (int64_t j = 0; j < n; ++j) {
       float* row = out + j * width + d0;
-      for (int64_t d = 0; d < rows; ++d) row[d] = block[d * kSlotGroup + j];
+      for (int64_t d = 0; d < rows; ++d) row[d] = block[group_k_offset<int64_t>(d, j, 1)];
     }
   }
   for (int64_t j = 0; j < n; ++j) {
-    convert(group + dqk * kSlotGroup + j * dv, out + j * width + dqk, dv);
+    convert(group + group_k + group_v_offset<int64_t>(0, j, dv, 1), out + j * width + dqk, dv);
   }
 }
 
@@ -612,15 +612,15 @@ void copy_groups_f32(const CopyJob& job, int64_t b, int64_t h, int64_t first_slo
     const auto* halves = reinterpret_cast<const uint16_t*>(first);
     switch (o.dtype) {
       case ATTNGEN_F16:
-        copy_half_group_f32(halves, n, dqk, dv, out, f16_to_f32_n);
+        copy_half_group_f32(halves, n, dqk, dv, group_k, out, f16_to_f32_n);
         break;
       case ATTNGEN_BF16:
-        copy_half_group_f32(halves, n, dqk, dv, out, bf16_to_f32_n);
+        copy_half_group_f32(halves, n, dqk, dv, group_k, out, bf16_to_f32_n);
         break;
       case ATTNGEN_I8: {
         const float* scales = cache.scales + row / kSlotGroup * kScaleGroup;
         const auto* bytes = reinterpret_cast<const int8_t*>(first);
-        copy_group_f32<kI8DotBytes>(n, dqk, dv, group_k, out, [&](int64_t e, int64_t j, int part) {
+        copy_group_f32(n, dqk, dv, group_k, kI8DotBytes, out, [&](int64_t e, int64_t j, int part) {
           return static_cast<float>(bytes[e]) * scales[group_scale_offset<int64_t>(part, j)];
         });
         break;
