@@ -4,6 +4,7 @@
 // it; its parameters' validation (named errors, nothing written); plans with a modifier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -201,32 +202,52 @@ TEST(Modifier, SinkLogitOnEveryIsa) {
   });
 }
 
-// The library's modifiers (generated/variants.cmake), with the largest head dim of their
-// kernels.
-struct LibraryModifier {
-  const char* name;
+// A modifier of this build's generic attention kernels with the log-sum-exp, and the largest
+// head dim of those kernels.
+struct ModifierKernels {
+  std::string name;
   int64_t head_dim;
 };
-constexpr LibraryModifier kLibraryModifiers[] = {{"alibi", 128},      {"document", 128},
-                                                 {"prefix", 128},     {"sinks", 128},
-                                                 {"sink_logit", 128}, {"t5_bias", 64}};
+
+// Those of the kernels that write the weights too (`weights`) or not.
+std::vector<ModifierKernels> modifiers_with_lse(bool weights) {
+  std::vector<ModifierKernels> out;
+  for (size_t i = 0; i < attngen_kernel_count(); ++i) {
+    const attngen_kernel_info* k = attngen_kernel_at(i);
+    if (k->op != ATTNGEN_OP_ATTENTION || !k->generic || !k->lse || (k->weights != 0) != weights ||
+        k->modifier == nullptr || k->modifier[0] == '\0' ||
+        std::string(k->name).rfind("test_", 0) == 0) {
+      continue;
+    }
+    auto m = std::find_if(out.begin(), out.end(),
+                          [&](const ModifierKernels& e) { return e.name == k->modifier; });
+    if (m == out.end()) {
+      out.push_back({k->modifier, k->head_dim_qk});
+    } else {
+      m->head_dim = std::max<int64_t>(m->head_dim, k->head_dim_qk);
+    }
+  }
+  return out;
+}
 
 // The log-sum-exp with each library modifier, on each CPU ISA: written from the key-block form's
 // final state with the output. Rows that attend nothing (padding 0: -inf), tiles and key blocks
 // with tails, causal both ways, GQA, a sink logit's share of the sum, the other dtypes.
 TEST(Modifier, LogSumExpOnEveryIsa) {
-  on_every_cpu_isa([] {
-    for (const LibraryModifier& m : kLibraryModifiers) {
+  const std::vector<ModifierKernels> modifiers = modifiers_with_lse(false);
+  if (modifiers.empty()) GTEST_SKIP() << "no modifier kernel with the log-sum-exp in this build";
+  on_every_cpu_isa([&] {
+    for (const ModifierKernels& m : modifiers) {
       SCOPED_TRACE(m.name);
       const auto lse = [&] {
-        AttentionTester t = with_modifier(m.name);
+        AttentionTester t = with_modifier(m.name.c_str());
         t.lse();
         return t;
       };
       const int64_t d = m.head_dim;
       test_on_modifier_kernels(
           lse().batch(3).heads(4, 2).seq(77, 150).head_dim(d).causal().kv_len({150, 0, 61}),
-          m.name);
+          m.name.c_str());
       lse().batch(1).heads(2, 2).seq(130, 130).head_dim(d - 8).Test();
       lse().batch(2).heads(3, 1).seq(40, 40).head_dim(d).causal().top_left().Test();
       lse().batch(1).heads(2, 1).seq(33, 70).head_dim(d).dtype(ATTNGEN_F16).Test();
@@ -245,9 +266,9 @@ std::vector<std::string> weights_isas(const char* modifier) {
 // kernel: masked pairs weigh 0, a sink logit's rows sum to less than 1, padding, GQA, causal
 // both ways, the other dtypes (converted to the F32 kernel).
 TEST(Modifier, WeightsOnEveryIsa) {
-  for (const LibraryModifier& m : kLibraryModifiers) {
+  for (const ModifierKernels& m : modifiers_with_lse(true)) {
     SCOPED_TRACE(m.name);
-    const std::vector<std::string> isas = weights_isas(m.name);
+    const std::vector<std::string> isas = weights_isas(m.name.c_str());
     if (isas.empty()) continue;
     const auto weights = [&] {
       AttentionTester t;
@@ -259,7 +280,7 @@ TEST(Modifier, WeightsOnEveryIsa) {
     weights().lse().batch(2).heads(4, 2).seq(45, 70).head_dim(d).causal().kv_len({70, 9}).Test(
         nullptr, &ran);
     ASSERT_FALSE(ran.empty());
-    for (const std::string& name : ran) expect_modifier_kernel(name, m.name);
+    for (const std::string& name : ran) expect_modifier_kernel(name, m.name.c_str());
     weights().batch(1).heads(2, 1).seq(70, 70).head_dim(d - 16).Test();
     weights().batch(1).heads(2, 2).seq(20, 20).head_dim(d).causal().top_left().Test();
     weights().batch(1).heads(2, 2).seq(17, 30).head_dim(d).dtype(ATTNGEN_BF16).Test();
