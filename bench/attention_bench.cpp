@@ -497,11 +497,22 @@ void decode_run(benchmark::State& state, DecodeShape s, int32_t kv_splits, int t
   opt.modifier = modifier;
   opt.kernel = kernel;
   if (threads != 0) attngen_set_num_threads(std::max(threads, 0));
-  if (page_slots > 0 && (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
-                         attngen_kv_cache_reset(cache, -1) != ATTNGEN_OK)) {
+  // The positions appended a range at a time: an input tensor spans at most 2^31 - 1 bytes, less
+  // than a DRAM-sized cache of F32 inputs (dram_bytes()).
+  const auto append = [&] {
+    const int64_t step = std::max<int64_t>(1, (int64_t{1} << 28) / (s.b * s.hkv * s.d));
+    for (int64_t p = 0; p < s.skv; p += step) {
+      attngen_tensor ck = tk, cv = tv;
+      ck.shape[1] = cv.shape[1] = std::min(step, s.skv - p);
+      ck.data = k.data() + p * tk.strides[1];
+      cv.data = v.data() + p * tv.strides[1];
+      if (attngen_kv_cache_append(cache, 0, &ck, &cv, nullptr) != ATTNGEN_OK) return false;
+    }
+    return true;
+  };
+  if (page_slots > 0 && (!append() || attngen_kv_cache_reset(cache, -1) != ATTNGEN_OK)) {
     state.SkipWithError(attngen_last_error());
-  } else if (attngen_kv_cache_append(cache, 0, &tk, &tv, nullptr) != ATTNGEN_OK ||
-             attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
+  } else if (!append() || attngen_decode(&tq, cache, 0, &to, &opt) != ATTNGEN_OK) {
     state.SkipWithError(attngen_last_error());
   } else {
     state.SetLabel(attngen_last_kernel());

@@ -567,7 +567,7 @@ size_t l3_resident_bytes() {
 size_t dram_bytes() {
   const size_t l3 = l3_bytes();
   if (l3 == 0) return size_t{1} << 30;
-  return round_mib(std::max(4 * l3, size_t{256} << 20));
+  return round_mib(std::min(std::max(4 * l3, size_t{256} << 20), size_t{3} << 29));
 }
 
 BlasCore openblas_core() {
