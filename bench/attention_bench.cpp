@@ -62,9 +62,9 @@
 
 namespace {
 
-// Uniform in [-1, 1), two values of 24 bits from each step of SplitMix64: a DRAM-sized decode
-// cache takes 10^9 of them, which std::mt19937_64 and uniform_real_distribution made most of a
-// roofline run's time.
+// Uniform in [-1, 1), two values of 24 bits from each step of SplitMix64: fast enough for the
+// 10^9 values of a DRAM-sized decode cache (bench/RESULTS.md, "Decode's roofline on an Intel
+// AVX-512 VM").
 std::vector<float> random_vector(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   uint64_t state = seed;

@@ -62,8 +62,7 @@ size_t l3_bytes();
 size_t l2_bytes_all_cores();
 // A buffer size that stays in L3 (a quarter of it, at most 64 MiB, at least 4x the L2s), and one
 // that does not (4x L3, at least 256 MiB, at most 1.5 GiB: a decode kernel addresses a cache
-// layer with 32-bit offsets, and a machine of a 480 MiB L3 shares it among many VMs): the sizes
-// of the streaming-read and decode ceilings.
+// layer with 32-bit offsets): the sizes of the streaming-read and decode ceilings.
 size_t l3_resident_bytes();
 size_t dram_bytes();
 

@@ -266,7 +266,9 @@ std::vector<std::string> weights_isas(const char* modifier) {
 // kernel: masked pairs weigh 0, a sink logit's rows sum to less than 1, padding, GQA, causal
 // both ways, the other dtypes (converted to the F32 kernel).
 TEST(Modifier, WeightsOnEveryIsa) {
-  for (const ModifierKernels& m : modifiers_with_lse(true)) {
+  const std::vector<ModifierKernels> modifiers = modifiers_with_lse(true);
+  if (modifiers.empty()) GTEST_SKIP() << "no modifier kernel with the weights in this build";
+  for (const ModifierKernels& m : modifiers) {
     SCOPED_TRACE(m.name);
     const std::vector<std::string> isas = weights_isas(m.name.c_str());
     if (isas.empty()) continue;
